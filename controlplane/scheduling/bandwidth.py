@@ -1,0 +1,213 @@
+"""Bandwidth allocation: how many bit/s each running job gets right now.
+
+Recomputed on every admission, completion, priority change and link change, in four steps:
+
+1. **Floors first, in priority order.** Jobs are taken by priority (highest first), then start
+   time; each gets its floor if the fabric still has room. Admission reserved every floor, so
+   all are met unless the fabric shrank; then the lowest priorities lose theirs first.
+2. **Tenant budgets.** A tenant's demand is the sum of its jobs' ceilings (a job without a
+   ceiling demands the whole fabric). It is guaranteed ``min(demand, nominal)`` (and at least its
+   floors). Tenants of a cohort lend their unused nominal (up to their lending limit) and
+   borrowers share that pool by weighted max-min (tenant fair-share weight, each capped by its
+   borrowing limit and unmet demand). Lending is recomputed every time, so a lender whose demand
+   comes back reclaims its quota on the next allocation. If budgets overcommit the fabric they
+   are cut by weighted max-min, never below a tenant's floors.
+3. **Jobs within a budget** share it by weighted max-min fairness (water-filling), weight =
+   priority value x deadline urgency, each job between its floor and its ceiling.
+4. Nothing is ever above a ceiling, and the sum never exceeds the fabric.
+
+Water-filling with floors and caps finds the level ``x`` at which
+``sum(clamp(w_i * x, floor_i, cap_i)) == total`` by sweeping the sorted breakpoints, so it costs
+O(n log n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .types import Allocation, Cluster, JobRequest, RunningJob, TenantQuota
+
+# Deadline urgency: 1 while the job would finish with at least half its remaining time to spare,
+# then rising linearly with needed/left time, up to MAX_URGENCY (also used once a deadline passed).
+RELAXED_RATIO = 0.5
+MAX_URGENCY = 4.0
+
+
+def urgency(job: JobRequest, now: float) -> float:
+    """Return the deadline urgency of ``job`` at ``now``: 1.0 (no pressure) to MAX_URGENCY.
+
+    ``ratio`` is the time the remaining work needs at the current rate over the time left; a job
+    with ratio <= 0.5 has urgency 1, a job exactly on the edge (ratio 1) has urgency 2, a job
+    that would miss at its current rate (ratio > 1) more, capped at MAX_URGENCY. With no deadline
+    the urgency is 1; with no rate estimate only a passed deadline counts.
+    """
+    if job.deadline is None:
+        return 1.0
+    left = job.deadline - now
+    if left <= 0:
+        return MAX_URGENCY
+    if job.remaining_steps is None or not job.steps_per_second:
+        return 1.0
+    ratio = job.remaining_steps / job.steps_per_second / left
+    return min(MAX_URGENCY, max(1.0, 1.0 + 2.0 * (ratio - RELAXED_RATIO)))
+
+
+def water_fill(
+    weights: Sequence[float], floors: Sequence[float], caps: Sequence[float], total: float
+) -> list[float]:
+    """Return weighted max-min fair shares of ``total``.
+
+    Share ``i`` is ``clamp(weights[i] * x, floors[i], caps[i])`` for the largest level ``x`` at
+    which the shares sum to at most ``total``. Needs ``weights > 0`` and ``floors <= caps``. If the
+    floors alone exceed ``total`` the floors are returned (the caller decides who gets a floor);
+    if the caps fit, the caps are returned.
+    """
+    if sum(floors) >= total:
+        return list(floors)
+    if sum(caps) <= total:
+        return list(caps)
+    events: list[tuple[float, int, int]] = []
+    for i, weight in enumerate(weights):
+        events.append((floors[i] / weight, 0, i))  # from here the share grows with x
+        events.append((caps[i] / weight, 1, i))  # from here the share stays at its cap
+    events.sort()
+    fixed = sum(floors)  # sum of shares that do not grow at the current level
+    slope = 0.0  # sum of weights of shares that grow
+    level = math.inf
+    for x, kind, i in events:
+        if slope > 0 and fixed + slope * x >= total:
+            level = (total - fixed) / slope
+            break
+        if kind == 0:
+            fixed -= floors[i]
+            slope += weights[i]
+        else:
+            fixed += caps[i]
+            slope -= weights[i]
+    return [min(caps[i], max(floors[i], weights[i] * level)) for i in range(len(weights))]
+
+
+def _floor_order(job: JobRequest) -> tuple[int, float, str]:
+    # A JobRequest here was admitted in this decision: it is the newest of all.
+    started = job.started_at if isinstance(job, RunningJob) else math.inf
+    return (-job.priority, started, job.id)
+
+
+def _grant_floors(jobs: Sequence[JobRequest], fabric: float) -> dict[str, float]:
+    """Step 1: floors by priority (then start time, then id) while the fabric has room."""
+    granted: dict[str, float] = {}
+    left = fabric
+    for job in sorted(jobs, key=_floor_order):
+        floor = job.bandwidth_floor_bps
+        granted[job.id] = floor if floor <= left else 0.0
+        left -= granted[job.id]
+    return granted
+
+
+class _TenantDemand:
+    __slots__ = ("budget", "demand", "floors", "jobs", "quota")
+
+    def __init__(self, quota: TenantQuota) -> None:
+        self.quota = quota
+        self.jobs: list[JobRequest] = []
+        self.floors = 0.0
+        self.demand = 0.0
+        self.budget = 0.0
+
+
+def _budgets(tenants: Iterable[_TenantDemand], fabric: float) -> None:
+    """Step 2: set each tenant's budget from its quota, its cohort's lending and the fabric."""
+    cohorts: dict[str, list[_TenantDemand]] = {}
+    for t in tenants:
+        t.budget = max(t.floors, min(t.demand, t.quota.nominal_bandwidth_bps))
+        if t.quota.cohort is not None:
+            cohorts.setdefault(t.quota.cohort, []).append(t)
+    for members in cohorts.values():
+        _lend(members)
+    everyone = list(tenants)
+    if sum(t.budget for t in everyone) > fabric:
+        cut = water_fill(
+            [t.quota.weight for t in everyone],
+            [t.floors for t in everyone],
+            [t.budget for t in everyone],
+            fabric,
+        )
+        for t, budget in zip(everyone, cut, strict=True):
+            t.budget = budget
+
+
+def _lend(members: list[_TenantDemand]) -> None:
+    """Share the cohort's unused nominal bandwidth among members with unmet demand."""
+    pool = 0.0
+    for t in members:
+        nominal = t.quota.nominal_bandwidth_bps
+        lend_limit = math.inf if t.quota.lending_limit_bps is None else t.quota.lending_limit_bps
+        pool += min(lend_limit, max(0.0, nominal - t.budget))
+        pool -= max(0.0, t.budget - nominal)  # floors above nominal already borrow from the pool
+    wants = []
+    for t in members:
+        nominal = t.quota.nominal_bandwidth_bps
+        borrow_limit = (
+            math.inf if t.quota.borrowing_limit_bps is None else t.quota.borrowing_limit_bps
+        )
+        wants.append(max(0.0, min(t.demand, nominal + borrow_limit) - t.budget))
+    if pool <= 0 or not any(wants):
+        return
+    shares = water_fill([t.quota.weight for t in members], [0.0] * len(members), wants, pool)
+    for t, extra in zip(members, shares, strict=True):
+        t.budget += extra
+
+
+def allocate(
+    *,
+    cluster: Cluster,
+    tenants: Iterable[TenantQuota],
+    running: Sequence[JobRequest],
+    now: float,
+) -> dict[str, Allocation]:
+    """Return the allocation of every job in ``running``, keyed by job id.
+
+    ``running`` are the jobs that hold slots (their floors were reserved at admission). A job
+    of a tenant missing from ``tenants`` gets its floor only.
+    """
+    fabric = cluster.fabric_bps
+    floors = _grant_floors(running, fabric)
+    quotas = {q.name: q for q in tenants}
+    by_tenant: dict[str, _TenantDemand] = {}
+    for job in running:
+        t = by_tenant.get(job.tenant)
+        if t is None:
+            quota = quotas.get(job.tenant) or TenantQuota(
+                name=job.tenant, nominal_slots=0, nominal_bandwidth_bps=0
+            )
+            t = by_tenant[job.tenant] = _TenantDemand(quota)
+        t.jobs.append(job)
+        t.floors += floors[job.id]
+        t.demand += max(floors[job.id], _cap(job, fabric))
+    _budgets(by_tenant.values(), fabric)
+    allocations: dict[str, Allocation] = {}
+    for t in by_tenant.values():
+        pressing = [urgency(job, now) for job in t.jobs]
+        weights = [job.priority * u for job, u in zip(t.jobs, pressing, strict=True)]
+        shares = water_fill(
+            weights,
+            [floors[job.id] for job in t.jobs],
+            [max(floors[job.id], _cap(job, fabric)) for job in t.jobs],
+            t.budget,
+        )
+        for job, bps, u, w in zip(t.jobs, shares, pressing, weights, strict=True):
+            allocations[job.id] = Allocation(
+                job_id=job.id,
+                tenant=job.tenant,
+                bps=bps,
+                weight=w,
+                urgency=u,
+                floor_met=floors[job.id] >= job.bandwidth_floor_bps,
+            )
+    return allocations
+
+
+def _cap(job: JobRequest, fabric: float) -> float:
+    ceiling = job.bandwidth_ceiling_bps
+    return fabric if ceiling is None else min(ceiling, fabric)

@@ -1,0 +1,94 @@
+"""Sentences a user reads on the job page: why a job waits, was admitted or was preempted."""
+
+from __future__ import annotations
+
+from .quota import BANDWIDTH, SLOTS, Account, Ledger
+from .types import JobRequest, PriorityClass, WaitCode
+
+
+def bandwidth(bps: float) -> str:
+    """Format bit/s for people: "1.5 Gbit/s", "200 Mbit/s", "0 bit/s"."""
+    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bps) >= size:
+            return f"{bps / size:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
+
+
+def _slots(account: Account) -> str:
+    dim = account.dims[SLOTS]
+    return f"tenant {account.name} at {dim.used:.0f}/{dim.nominal:.0f} slots"
+
+
+def _lendable(account: Account, r: int) -> float:
+    """How much more of resource ``r`` the tenant could still borrow (for display)."""
+    dim = account.dims[r]
+    if account.pools is None:
+        return 0.0
+    pool = account.pools[r]
+    idle = pool.lendable - dim.lendable_at(dim.used) - pool.borrowed + dim.borrowed_at(dim.used)
+    return max(0.0, min(dim.borrow_limit - dim.borrowed_at(dim.used), idle))
+
+
+def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -> str:
+    """Return why ``job`` cannot be admitted now, without the queue position."""
+    bw = account.dims[BANDWIDTH]
+    floor = bandwidth(job.bandwidth_floor_bps)
+    if code is WaitCode.TOO_LARGE:
+        return (
+            f"needs {job.slots} slots and a {floor} floor, more than tenant {account.name} "
+            f"can ever hold in a cluster of {ledger.cluster.slots} slots"
+        )
+    if code is WaitCode.TENANT_JOBS:
+        return f"tenant {account.name} runs {account.jobs}/{account.quota.max_running_jobs} jobs"
+    if code is WaitCode.TENANT_SLOTS:
+        return f"{_slots(account)}, needs {job.slots}"
+    if code is WaitCode.COHORT_SLOTS:
+        lend = _lendable(account, SLOTS)
+        return f"{_slots(account)}, needs {job.slots}; cohort {account.cohort} can lend {lend:.0f}"
+    if code is WaitCode.CLUSTER_SLOTS:
+        used, capacity = ledger.used[SLOTS], ledger.capacity[SLOTS]
+        return f"cluster at {used:.0f}/{capacity:.0f} slots, needs {job.slots}"
+    reserved = f"{bandwidth(bw.used)}/{bandwidth(bw.nominal)} of floors reserved"
+    if code is WaitCode.TENANT_BANDWIDTH:
+        return f"floor {floor} cannot be guaranteed: tenant {account.name} has {reserved}"
+    if code is WaitCode.COHORT_BANDWIDTH:
+        more = bandwidth(_lendable(account, BANDWIDTH))
+        return (
+            f"floor {floor} cannot be guaranteed: tenant {account.name} has {reserved}; "
+            f"cohort {account.cohort} can lend {more}"
+        )
+    if code is WaitCode.CLUSTER_BANDWIDTH:
+        fabric = f"{bandwidth(ledger.used[BANDWIDTH])}/{bandwidth(ledger.capacity[BANDWIDTH])}"
+        return f"floor {floor} cannot be guaranteed: fabric has {fabric} of floors reserved"
+    raise AssertionError(f"no sentence for {code}")  # BLOCKED_BY_HEAD is written by admission
+
+
+def blocked(head: JobRequest) -> str:
+    return f"behind job {head.id} at the head of tenant {head.tenant}'s StrictFIFO queue"
+
+
+def with_position(detail: str, position: int, length: int) -> str:
+    return f"waiting: {detail}; position {position} of {length}"
+
+
+def admitted(account: Account, victims: int) -> str:
+    slots = account.dims[SLOTS]
+    text = f"admitted: {_slots(account)}"
+    borrowed = slots.borrowed_at(slots.used)
+    if borrowed > 0:
+        text += f", borrowing {borrowed:.0f} from cohort {account.cohort}"
+    if victims:
+        text += f"; preempting {victims} job{'s' if victims > 1 else ''}"
+    return text
+
+
+def preempted(victim: JobRequest, by: JobRequest, reclaim: bool, cohort: str | None) -> str:
+    if reclaim:
+        return (
+            f"preempted: tenant {by.tenant} reclaims quota lent to tenant {victim.tenant} "
+            f"in cohort {cohort} for job {by.id}"
+        )
+    return (
+        f"preempted: job {by.id} ({PriorityClass.label(by.priority)}) of tenant {by.tenant} "
+        f"needs the room; this job is {PriorityClass.label(victim.priority)}"
+    )

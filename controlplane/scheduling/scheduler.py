@@ -1,0 +1,68 @@
+"""The one entry point the control plane calls: :func:`schedule`."""
+
+from __future__ import annotations
+
+from .admission import Outcome, admit
+from .bandwidth import allocate
+from .quota import BANDWIDTH, SLOTS
+from .types import Allocation, Decision, JobRequest, Snapshot, TenantUsage
+
+
+def schedule(snapshot: Snapshot, now: float) -> Decision:
+    """Decide admissions, preemptions, waiting reasons and bandwidth for ``snapshot`` at ``now``.
+
+    Pure: reads the snapshot, returns a :class:`~.types.Decision`, changes nothing. Raises
+    ``ValueError`` if a job id appears twice. The caller applies the decision in this order:
+    preempt the victims (checkpoint, requeue), admit the admissions, write every allocation
+    and every waiting reason.
+    """
+    _check_unique(snapshot)
+    outcome = admit(snapshot)
+    gone = {v.id for v in outcome.victims}
+    holding: list[JobRequest] = [r for r in snapshot.running if r.id not in gone]
+    holding.extend(outcome.admitted)
+    allocations = allocate(
+        cluster=snapshot.cluster, tenants=snapshot.tenants, running=holding, now=now
+    )
+    return Decision(
+        admissions=tuple(outcome.admissions),
+        preemptions=tuple(outcome.preemptions),
+        waiting=outcome.waiting,
+        allocations=allocations,
+        usage=_usage(outcome, allocations),
+    )
+
+
+def _check_unique(snapshot: Snapshot) -> None:
+    seen: set[str] = set()
+    for job in (*snapshot.pending, *snapshot.running):
+        if job.id in seen:
+            raise ValueError(f"job id {job.id} appears more than once in the snapshot")
+        seen.add(job.id)
+
+
+def _usage(outcome: Outcome, allocations: dict[str, Allocation]) -> dict[str, TenantUsage]:
+    """Return every tenant's use after the decision (tenants unknown to the snapshot too)."""
+    allocated: dict[str, float] = {}
+    for a in allocations.values():
+        allocated[a.tenant] = allocated.get(a.tenant, 0.0) + a.bps
+    waiting: dict[str, int] = {}
+    for w in outcome.waiting.values():
+        waiting[w.tenant] = waiting.get(w.tenant, 0) + 1
+    usage: dict[str, TenantUsage] = {}
+    for name, account in outcome.ledger.accounts.items():
+        slots, bandwidth = account.dims[SLOTS], account.dims[BANDWIDTH]
+        bps = allocated.get(name, 0.0)
+        usage[name] = TenantUsage(
+            tenant=name,
+            slots_used=round(slots.used),
+            slots_nominal=round(slots.nominal),
+            slots_borrowed=round(slots.borrowed_at(slots.used)),
+            floor_bps_reserved=bandwidth.used,
+            bandwidth_bps=bps,
+            bandwidth_nominal_bps=bandwidth.nominal,
+            bandwidth_borrowed_bps=max(0.0, bps - bandwidth.nominal),
+            running_jobs=account.jobs,
+            waiting_jobs=waiting.get(name, 0),
+        )
+    return usage
