@@ -1,0 +1,80 @@
+"""RuntimeConfig: read from env, validated at construction."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.runtime import protocol as p
+from workers.runtime.config import RuntimeConfig
+from workers.runtime.faults import FaultSpec
+
+
+def test_it_defaults_to_full_sync_without_a_control_plane() -> None:
+    cfg = RuntimeConfig.from_env({})
+    assert cfg.sync == p.SYNC_FULL
+    assert cfg.reporting is False
+    assert cfg.link_mbps is None
+
+
+def test_it_reads_the_supervisor_environment() -> None:
+    cfg = RuntimeConfig.from_env(
+        {
+            p.ENV_JOB_ID: "42",
+            p.ENV_REDIS_URL: "redis://127.0.0.1:7000/0",
+            p.ENV_RUN_DIR: "/tmp/run-42",
+            p.ENV_SYNC: "adaptive",
+            p.ENV_LINK_MBPS: "100",
+            p.ENV_DRIFT_THRESHOLD: "0.2",
+            "RANK": "1",
+            "WORLD_SIZE": "4",
+        }
+    )
+    assert (cfg.job_id, cfg.run_dir, cfg.sync, cfg.link_mbps) == (
+        "42",
+        "/tmp/run-42",
+        "adaptive",
+        100.0,
+    )
+    assert (cfg.rank, cfg.world_size, cfg.drift_threshold) == (1, 4, 0.2)
+    assert cfg.reporting is True
+
+
+def test_overrides_win_over_the_environment() -> None:
+    cfg = RuntimeConfig.from_env({p.ENV_SYNC: "adaptive"}, sync="powersgd")
+    assert cfg.sync == "powersgd"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({p.ENV_SYNC: "gossip"}, "sync must be one of"),
+        ({p.ENV_LINK_MBPS: "fast"}, p.ENV_LINK_MBPS),
+        ({p.ENV_LINK_MBPS: "0"}, "link_mbps must be > 0"),
+        ({p.ENV_REDIS_URL: "http://x"}, "redis_url"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "rank must be in"),
+        ({p.ENV_SYNC_PERIOD: "32", p.ENV_MAX_SYNC_PERIOD: "16"}, "sync_period"),
+        ({p.ENV_DRIFT_THRESHOLD: "-1"}, "drift_threshold"),
+        ({p.ENV_FAULT: "rank=1,speed=3"}, "bad fault spec"),
+    ],
+)
+def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RuntimeConfig.from_env(env)
+
+
+def test_it_is_frozen() -> None:
+    cfg = RuntimeConfig()
+    with pytest.raises(AttributeError):
+        cfg.sync = "adaptive"  # type: ignore[misc]
+
+
+def test_a_fault_spec_applies_to_one_rank_from_a_step() -> None:
+    fault = FaultSpec.parse("rank=1,from_step=5,until_step=8,delay_s=0.3")
+    assert fault.delay_s == 0.3
+    assert [fault.active(1, s) for s in (4, 5, 7, 8)] == [False, True, True, False]
+    assert not fault.active(0, 6)
+
+
+def test_a_fault_spec_must_do_something() -> None:
+    with pytest.raises(ValueError, match="needs delay_s"):
+        FaultSpec.parse("rank=1")

@@ -1,0 +1,1 @@
+"""DDP communication hooks: ``(state, bucket) -> Future[Tensor]`` (torch's convention)."""

@@ -1,0 +1,85 @@
+"""The wire contract between a run and the control plane (stdlib only).
+
+A run never talks to the database. It talks to Redis:
+
+* telemetry: the run XADDs messages to ``telemetry_stream(job_id)``; each entry has
+  two fields, ``type`` (one of MESSAGE_TYPES) and ``data`` (a JSON object).
+  The control plane's ingest loop reads every stream named in ACTIVE_STREAMS_KEY.
+* allocation: the control plane SETs ``allocation_key(job_id)`` to the job's
+  bandwidth allocation in bit/s (a decimal integer; absent means "unlimited")
+  and PUBLISHes the same value on ``allocation_channel(job_id)`` as a nudge.
+
+The supervisor configures a run through the ENV_* environment variables.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Environment variables the supervisor sets for every rank.
+ENV_JOB_ID: Final = "SYNCLANE_JOB_ID"
+ENV_REDIS_URL: Final = "SYNCLANE_REDIS_URL"
+ENV_RUN_DIR: Final = "SYNCLANE_RUN_DIR"
+ENV_SYNC: Final = "SYNCLANE_SYNC"
+ENV_LINK_MBPS: Final = "SYNCLANE_LINK_MBPS"
+
+# Message types carried on a telemetry stream.
+MSG_METRICS: Final = "metrics"
+MSG_LINK: Final = "link"
+MSG_ALARM: Final = "alarm"
+MSG_EVENT: Final = "event"
+MESSAGE_TYPES: Final = (MSG_METRICS, MSG_LINK, MSG_ALARM, MSG_EVENT)
+
+ACTIVE_STREAMS_KEY: Final = "synclane:telemetry:active"
+STREAM_MAXLEN: Final = 10_000
+
+
+def telemetry_stream(job_id: int | str) -> str:
+    """Return the Redis stream key that carries a job's telemetry."""
+    return f"synclane:telemetry:{job_id}"
+
+
+def allocation_key(job_id: int | str) -> str:
+    """Return the Redis key that holds a job's bandwidth allocation in bit/s."""
+    return f"synclane:alloc:{job_id}"
+
+
+def allocation_channel(job_id: int | str) -> str:
+    """Return the pub/sub channel that announces a new allocation for a job."""
+    return f"synclane:alloc:{job_id}:nudge"
+
+
+# --- Added by the runtime (phase 1+). Names above are frozen; these extend them. ---
+
+# Sync strategies a job may ask for (ENV_SYNC / the workload's --sync flag).
+SYNC_FULL: Final = "full"
+SYNC_ADAPTIVE: Final = "adaptive"
+SYNC_POWERSGD: Final = "powersgd"
+SYNC_LOCALSGD: Final = "localsgd"
+SYNC_STRATEGIES: Final = (SYNC_FULL, SYNC_ADAPTIVE, SYNC_POWERSGD, SYNC_LOCALSGD)
+
+# Optional per-job tuning, all read by RuntimeConfig.from_env().
+ENV_DRIFT_THRESHOLD: Final = "SYNCLANE_DRIFT_THRESHOLD"  # relative drift, float > 0
+ENV_SYNC_PERIOD: Final = "SYNCLANE_SYNC_PERIOD"  # initial global-sync period H, int >= 1
+ENV_MAX_SYNC_PERIOD: Final = "SYNCLANE_MAX_SYNC_PERIOD"  # upper bound of H, int >= 1
+ENV_JITTER_THRESHOLD_S: Final = "SYNCLANE_JITTER_THRESHOLD_S"  # link_degraded trigger, seconds
+ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 = never
+ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
+ENV_METRICS_RANK: Final = "SYNCLANE_METRICS_RANK"  # rank that writes metrics/link/event
+
+# Alarm kinds carried by MSG_ALARM messages (data field ``kind``).
+ALARM_SYNC_DRIFT: Final = "sync_drift"
+ALARM_LINK_DEGRADED: Final = "link_degraded"
+ALARM_STRAGGLER: Final = "straggler"
+ALARM_STATES: Final = ("raised", "cleared")
+
+# Exit codes of a worker process (a workload under torchrun). torchrun itself flattens a
+# failed worker to exit status 1, so a worker also writes ``RUN_DIR/exit.json``
+# (``{"code": int, "reason": str, "step": int}``) for the supervisor to read.
+EXIT_OK: Final = 0
+EXIT_STOPPED_AFTER_CHECKPOINT: Final = 75  # SIGTERM/SIGINT: checkpoint written, resumable
+EXIT_LINK_FAILED: Final = 76  # link stayed degraded past escalation; checkpoint written
+
+# File names inside a run directory.
+CHECKPOINT_PREFIX: Final = "ckpt-"  # ckpt-<step:08d>.pt
+EXIT_FILE: Final = "exit.json"
