@@ -1,0 +1,50 @@
+"""What runs report: downsampled metric samples and alarms."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from controlplane.jobs.models import Job
+
+
+class MetricSample(models.Model):
+    """One stored step report of a job (rank 0), downsampled by the ingest loop."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="samples")
+    step = models.PositiveIntegerField()
+    reported_at = models.DateTimeField()
+    data = models.JSONField()
+
+    class Meta:
+        ordering = ["job", "step", "id"]
+        indexes = [models.Index(fields=["job", "step"])]
+
+
+class AlarmKind(models.TextChoices):
+    SYNC_DRIFT = "sync_drift", "Sync drift"
+    LINK_DEGRADED = "link_degraded", "Degraded link"
+    STRAGGLER = "straggler", "Straggler"
+    QUOTA = "quota", "Quota"
+
+
+class Alarm(models.Model):
+    """An alarm raised by a run (or the control plane); cleared_at is None while open."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="alarms")
+    kind = models.CharField(max_length=30, choices=AlarmKind.choices)
+    rank = models.IntegerField(null=True, blank=True)
+    step = models.PositiveIntegerField(null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    threshold = models.FloatField(null=True, blank=True)
+    detail = models.CharField(max_length=300, blank=True, default="")
+    raised_at = models.DateTimeField()
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    acknowledged = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-raised_at", "-id"]
+        indexes = [models.Index(fields=["job", "kind", "cleared_at"])]
+
+    @property
+    def is_open(self) -> bool:
+        return self.cleared_at is None

@@ -1,0 +1,55 @@
+"""Shared fixtures: the demo personas and tenants.
+
+Alice is tenant admin of vision, Bob a member of speech, Charlie a viewer of vision.
+The live stack (Celery worker, ingest, ASGI server) is in tests/integration/conftest.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.jobs.models import Queue
+from controlplane.tenancy.models import Membership, Role, Tenant
+
+PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture
+def vision(db) -> Tenant:
+    tenant = Tenant.objects.create(slug="vision", name="Vision", slot_quota=4)
+    Queue.objects.create(tenant=tenant, name="default")
+    return tenant
+
+
+@pytest.fixture
+def speech(db) -> Tenant:
+    tenant = Tenant.objects.create(slug="speech", name="Speech", slot_quota=4)
+    Queue.objects.create(tenant=tenant, name="default")
+    return tenant
+
+
+def _member(django_user_model, username: str, tenant: Tenant, role: str):
+    user = django_user_model.objects.create_user(username=username, password=PASSWORD)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
+    return user
+
+
+@pytest.fixture
+def alice(django_user_model, vision):
+    return _member(django_user_model, "alice", vision, Role.TENANT_ADMIN)
+
+
+@pytest.fixture
+def bob(django_user_model, speech):
+    return _member(django_user_model, "bob", speech, Role.MEMBER)
+
+
+@pytest.fixture
+def charlie(django_user_model, vision):
+    return _member(django_user_model, "charlie", vision, Role.VIEWER)
+
+
+@pytest.fixture
+def spec_input() -> dict[str, object]:
+    """A valid job submission as the API receives it (tenant added by the test)."""
+    return {"name": "tiny", "workload": "tiny_gpt", "world_size": 2, "steps": 20, "sync": "full"}

@@ -1,0 +1,128 @@
+"""Supervise one job's run: launch, heartbeat, restart from checkpoint, cancel.
+
+Called by the ``launch_job`` Celery task; holds that worker process until the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from controlplane.jobs import state
+from controlplane.jobs.choices import JobStatus
+from controlplane.jobs.models import Job
+from controlplane.jobs.services import job_heartbeat, request_schedule
+from workers.supervisor import process
+from workers.supervisor.command import LaunchSpec, build_command, build_env
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25
+# Exit code of a workload that checkpointed and stopped on SIGTERM.
+EXIT_STOPPED_BY_SIGNAL = 143
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    exit_code: int | None
+    reason: str
+
+
+def launch_spec_for(job: Job) -> LaunchSpec:
+    return LaunchSpec(
+        job_id=job.pk,
+        workload=job.workload,
+        world_size=job.world_size,
+        steps=job.steps,
+        sync=job.sync,
+        run_dir=job.run_dir,
+        redis_url=settings.REDIS_URL,
+        checkpoint_every=settings.SYNCLANE_CHECKPOINT_EVERY,
+        hyperparameters=job.hyperparameters,
+    )
+
+
+def latest_checkpoint_step(run_dir: Path) -> int | None:
+    """Step of the newest checkpoint the workload wrote, or None if there is none."""
+    marker = run_dir / "checkpoint" / "LATEST"
+    try:
+        return int(marker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def supervise(job_id: int) -> Outcome | None:
+    """Run the admitted job ``job_id`` to its end; return the outcome.
+
+    Returns None (and does nothing) if the job is not admitted: the task is idempotent.
+    Steps: 1. mark running; 2. spawn torchrun; 3. watch (heartbeat, cancel);
+    4. on failure restart from the last checkpoint while restarts remain; 5. record the end.
+    """
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.status != JobStatus.ADMITTED:
+        return None
+    spec = launch_spec_for(job)
+    argv, env = build_command(spec), build_env(spec, os.environ)
+    placement = {"node": socket.gethostname(), "ranks": job.world_size}
+    reason = "started"
+    expected = JobStatus.ADMITTED
+    while True:
+        proc = process.spawn(argv, env=env, run_dir=spec.run_dir)
+        placement["pgid"] = proc.pid
+        job = state.transition(job, JobStatus.RUNNING, reason=reason, expected=expected, placement=placement)
+        outcome = _watch(job, proc)
+        process.reap(spec.run_dir)
+        job.refresh_from_db()
+        checkpoint = latest_checkpoint_step(spec.run_dir)
+        if outcome.status == JobStatus.RESTARTING and job.restarts < settings.SYNCLANE_MAX_RESTARTS:
+            job = state.transition(
+                job,
+                JobStatus.RESTARTING,
+                reason=f"{outcome.reason}; restarting from step {checkpoint or 0}",
+                restarts=job.restarts + 1,
+                exit_code=outcome.exit_code,
+                checkpoint_step=checkpoint,
+            )
+            reason = f"restarted (attempt {job.restarts}) from step {checkpoint or 0}"
+            expected = JobStatus.RESTARTING
+            continue
+        final = JobStatus.FAILED if outcome.status == JobStatus.RESTARTING else outcome.status
+        state.transition(
+            job,
+            final,
+            reason=outcome.reason,
+            exit_code=outcome.exit_code,
+            exit_reason=outcome.reason,
+            checkpoint_step=checkpoint,
+        )
+        request_schedule()  # slots were freed
+        return Outcome(final, outcome.exit_code, outcome.reason)
+
+
+def _watch(job: Job, proc: subprocess.Popen[bytes]) -> Outcome:
+    """Poll the run until it ends or is cancelled; heartbeat meanwhile."""
+    next_beat = 0.0
+    while True:
+        code = proc.poll()
+        if code is not None:
+            if code == 0:
+                return Outcome(JobStatus.SUCCEEDED, 0, "finished")
+            return Outcome(JobStatus.RESTARTING, code, f"torchrun exited with code {code}")
+        now = time.monotonic()
+        if now >= next_beat:
+            next_beat = now + settings.SYNCLANE_HEARTBEAT_S
+            close_old_connections()
+            job_heartbeat(job_id=job.pk)
+            if Job.objects.filter(pk=job.pk, cancel_requested=True).exists():
+                code = process.terminate_group(proc, grace_s=settings.SYNCLANE_CANCEL_GRACE_S)
+                return Outcome(JobStatus.CANCELLED, code, "cancelled by user")
+        time.sleep(POLL_S)
