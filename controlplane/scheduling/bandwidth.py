@@ -173,14 +173,12 @@ def allocate(
     """
     fabric = cluster.fabric_bps
     floors = _grant_floors(running, fabric)
-    quotas = {q.name: q for q in tenants}
-    by_tenant: dict[str, _TenantDemand] = {}
+    # Every tenant takes part, idle ones too: their unused quota is what a cohort lends.
+    by_tenant = {q.name: _TenantDemand(q) for q in tenants}
     for job in running:
         t = by_tenant.get(job.tenant)
         if t is None:
-            quota = quotas.get(job.tenant) or TenantQuota(
-                name=job.tenant, nominal_slots=0, nominal_bandwidth_bps=0
-            )
+            quota = TenantQuota(name=job.tenant, nominal_slots=0, nominal_bandwidth_bps=0)
             t = by_tenant[job.tenant] = _TenantDemand(quota)
         t.jobs.append(job)
         t.floors += floors[job.id]

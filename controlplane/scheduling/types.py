@@ -17,7 +17,8 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 class PriorityClass(enum.IntEnum):
@@ -136,6 +137,18 @@ class JobRequest:
         )
         _non_negative_or_none(self.remaining_steps, "remaining_steps")
         _non_negative_or_none(self.steps_per_second, "steps_per_second")
+
+    def started(self, at: float) -> RunningJob:
+        """Return this job as running since ``at`` (what an admission turns it into)."""
+        return RunningJob(**_request_fields(self), started_at=at)
+
+    def requeued(self) -> JobRequest:
+        """Return this job as a plain queued request (what a preemption turns it into)."""
+        return JobRequest(**_request_fields(self))
+
+
+def _request_fields(job: JobRequest) -> dict[str, Any]:
+    return {f.name: getattr(job, f.name) for f in fields(JobRequest)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

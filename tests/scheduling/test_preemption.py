@@ -1,0 +1,102 @@
+"""Preemption: priority within a tenant, reclaim within a cohort, victim choice, no loops."""
+
+from __future__ import annotations
+
+from controlplane.scheduling import Decision, PriorityClass, WaitCode
+
+from .factories import admitted_ids, apply, decide, job, running, tenant
+
+LOW, NORMAL = PriorityClass.LOW, PriorityClass.NORMAL
+HIGH, CRITICAL = PriorityClass.HIGH, PriorityClass.CRITICAL
+
+
+def victims(decision: Decision) -> list[str]:
+    return [p.job_id for p in decision.preemptions]
+
+
+def test_it_lets_a_critical_job_preempt_a_low_job_of_a_full_tenant() -> None:
+    full = [running("low", "vision", 4, priority=LOW), running("mid", "vision", 4, started=1)]
+    decision = decide(
+        [tenant("vision", slots=8)], [job("urgent", "vision", 4, priority=CRITICAL)], full
+    )
+    assert admitted_ids(decision) == ["urgent"]
+    assert decision.admissions[0].preempts == ("low",)
+    (preemption,) = decision.preemptions
+    assert (preemption.job_id, preemption.by_job_id, preemption.reclaim) == ("low", "urgent", False)
+    assert preemption.reason == (
+        "preempted: job urgent (critical) of tenant vision needs the room; this job is low"
+    )
+    assert "low" not in decision.allocations
+    assert "urgent" in decision.allocations
+
+
+def test_it_never_preempts_a_job_of_equal_or_higher_priority_in_the_same_tenant() -> None:
+    full = [running("a", "vision", 4, priority=HIGH), running("b", "vision", 4, priority=HIGH)]
+    decision = decide([tenant("vision", slots=8)], [job("c", "vision", 4, priority=HIGH)], full)
+    assert victims(decision) == []
+    assert decision.waiting["c"].code is WaitCode.TENANT_SLOTS
+
+
+def test_it_never_preempts_another_tenant_for_priority_alone() -> None:
+    tenants = [tenant("vision", slots=8), tenant("nlp", slots=8)]
+    others = [running("n", "nlp", 8, priority=LOW)]
+    decision = decide(tenants, [job("v", "vision", 4, priority=CRITICAL)], others, slots=8)
+    assert victims(decision) == []
+    assert decision.waiting["v"].code is WaitCode.CLUSTER_SLOTS
+
+
+def test_it_reclaims_lent_slots_from_a_borrowing_cohort_peer() -> None:
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    borrowers = [running("n1", "nlp", 4, started=1), running("n2", "nlp", 4, started=2)]
+    decision = decide(tenants, [job("v", "vision", 4, priority=LOW)], borrowers)
+    assert victims(decision) == ["n2"]
+    assert decision.preemptions[0].reclaim
+    assert "reclaims quota lent to tenant nlp in cohort lab" in decision.preemptions[0].reason
+
+
+def test_it_reclaims_only_what_the_peer_borrowed() -> None:
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    borrowers = [running(f"n{i}", "nlp", 1, started=i) for i in range(6)]
+    decision = decide(tenants, [job("v", "vision", 4)], borrowers)
+    assert sorted(victims(decision)) == ["n4", "n5"]  # the newest two; nlp keeps its 4
+    assert decision.usage["nlp"].slots_used == 4
+
+
+def test_it_does_not_reclaim_for_a_job_that_would_itself_borrow() -> None:
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    borrowers = [running("n1", "nlp", 8)]
+    decision = decide(tenants, [job("v", "vision", 5)], borrowers)
+    assert victims(decision) == []
+
+
+def test_it_picks_the_fewest_victims() -> None:
+    full = [
+        running("small-new", "vision", 2, priority=LOW, started=5),
+        running("big-old", "vision", 6, priority=LOW, started=1),
+    ]
+    decision = decide([tenant("vision", slots=8)], [job("c", "vision", 6, priority=HIGH)], full)
+    assert victims(decision) == ["big-old"]
+
+
+def test_it_picks_the_lowest_priority_then_the_newest_victim() -> None:
+    full = [
+        running("normal-new", "vision", 2, priority=NORMAL, started=9),
+        running("low-old", "vision", 2, priority=LOW, started=1),
+        running("low-new", "vision", 2, priority=LOW, started=2),
+        running("low-mid", "vision", 2, priority=LOW, started=1.5),
+    ]
+    decision = decide([tenant("vision", slots=8)], [job("c", "vision", 2, priority=HIGH)], full)
+    assert victims(decision) == ["low-new"]
+
+
+def test_two_jobs_never_preempt_each_other() -> None:
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    pending = [job("v", "vision", 4, priority=LOW, submit=5)]
+    holding = [running("n", "nlp", 8, priority=CRITICAL)]
+    pairs: list[tuple[str, str]] = []
+    for now in range(10, 60, 10):
+        decision = decide(tenants, pending, holding, now=now)
+        pairs += [(p.by_job_id, p.job_id) for p in decision.preemptions]
+        pending, holding = apply(decision, pending, holding, now)
+    assert pairs == [("v", "n")]
+    assert decision.waiting["n"].code is WaitCode.COHORT_SLOTS
