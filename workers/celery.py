@@ -27,4 +27,5 @@ app.conf.beat_schedule = {
     "schedule-tick": {"task": "workers.tasks.schedule_tick", "schedule": 5.0},
     "reconcile": {"task": "workers.tasks.reconcile", "schedule": 10.0},
 }
-app.autodiscover_tasks(["workers"], related_name="tasks", force=True)
+# Imported by the worker after Celery's Django fix-up has set Django up.
+app.conf.imports = ["workers.tasks"]

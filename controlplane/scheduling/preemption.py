@@ -2,19 +2,24 @@
 
 Two rules, as in Kueue:
 
-1. *Priority within a tenant*: a job may preempt running jobs of its own tenant with a strictly
-   lower priority.
-2. *Reclaim within a cohort*: a job whose tenant stays at or below its nominal quota (slots and
+1. *Reclaim within a cohort*: a job whose tenant stays at or below its nominal quota (slots and
    floors) after admission may preempt jobs of cohort peers that are borrowing (using more than
-   their nominal), whatever their priority: lent quota is returned on demand.
+   their nominal), whatever their priority: lent quota is returned on demand. A peer's jobs are
+   taken newest first, and only while the peer still borrows, because the newest jobs are the
+   ones running on borrowed quota. These victims are tried before rule 2's.
+2. *Priority within a tenant*: a job may preempt running jobs of its own tenant with a strictly
+   lower priority, lowest priority first, then newest first.
 
-Victims are taken lowest priority first, newest first, until the job fits; then every victim
-that turns out not to be needed is kept running (trying the later picks first), which leaves the
-fewest victims the order allows.
+Victims are taken in that order until the job fits; then every victim that turns out not to be
+needed is kept running (trying the later picks first), which leaves the fewest victims the order
+allows.
 
-Why this cannot loop: rule 1 only goes down in priority, and rule 2 only takes from a tenant
-above nominal on behalf of a tenant that ends at or below nominal, so the victim's tenant cannot
-take it back by rule 2 (its preemptor would then be above nominal).
+Why two jobs never preempt each other: rule 2 only goes down in priority. For rule 1, say A of
+tenant X reclaimed B of tenant Y. X was at or below nominal right after A's admission, so the
+jobs X admitted up to A fit in X's nominal; for B to take A back, X must be borrowing, and taking
+X's jobs newest first brings X back to nominal before A's turn comes. This needs ``started_at``
+to grow with admission order across decisions (jobs admitted in the same decision share it; ties
+are broken by reversed queue order, which is the order they were admitted in).
 """
 
 from __future__ import annotations
@@ -26,8 +31,14 @@ from .types import JobRequest, RunningJob
 
 
 def victim_order(job: RunningJob) -> tuple[int, float, str]:
-    """Sort key: lowest priority first, then newest first."""
+    """Sort key of rule 2: lowest priority first, then newest first."""
     return (job.priority, -job.started_at, job.id)
+
+
+def newest_first(jobs: list[RunningJob]) -> list[RunningJob]:
+    """Return ``jobs`` newest first: latest ``started_at``, then latest in queue order."""
+    jobs = sorted(jobs, key=lambda j: j.id, reverse=True)
+    return sorted(jobs, key=lambda j: (-j.started_at, j.priority, -j.submit_time))
 
 
 class Preemptor:
@@ -84,25 +95,23 @@ class Preemptor:
             self.failed.pop(member.name, None)
 
     def _candidates(self, job: JobRequest) -> list[RunningJob]:
-        own = [
-            r
-            for r in self.by_tenant.get(job.tenant, ())
-            if r.priority < job.priority and r.id not in self.gone
-        ]
+        """Return reclaimable peer jobs (newest first), then own lower-priority jobs."""
+        own = []
+        for r in self.by_tenant.get(job.tenant, ()):
+            if r.priority >= job.priority:
+                break  # sorted by priority: no lower-priority job follows
+            if r.id not in self.gone:
+                own.append(r)
         account = self.ledger.account(job.tenant)
+        if account.cohort is None or not account.within_nominal_with(job):
+            return own
         peers: list[RunningJob] = []
-        if account.cohort is not None and account.within_nominal_with(job):
-            for member in self.cohort_members[account.cohort]:
-                if member is account or not member.borrowing():
-                    continue
+        for member in self.cohort_members[account.cohort]:
+            if member is not account and member.borrowing():
                 peers.extend(
                     r for r in self.by_tenant.get(member.name, ()) if r.id not in self.gone
                 )
-        if not peers:
-            return own
-        candidates = own + peers
-        candidates.sort(key=victim_order)
-        return candidates
+        return sorted(peers + own, key=victim_order)
 
     def _take_until_fit(
         self, job: JobRequest, candidates: list[RunningJob]
@@ -131,5 +140,5 @@ class Preemptor:
                 continue
             self.ledger.remove(victim)
             needed.append(victim)
-        needed.sort(key=victim_order)
+        needed.reverse()  # back in the order they were picked
         return needed

@@ -26,13 +26,17 @@ class JobConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     group: str | None = None
 
     async def connect(self) -> None:
+        # Refusals accept first, then close with a code the page can act on (a refused
+        # handshake would only show the browser a bare 403).
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         job = await _visible_job(user, int(self.scope["url_route"]["kwargs"]["job_id"]))
         if job is None:
             # Same answer for "missing" and "another tenant's": existence is not confirmed.
+            await self.accept()
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self.group = job_group(job.pk)

@@ -5,8 +5,10 @@ Called by the ``launch_job`` Celery task; holds that worker process until the ru
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import time
@@ -20,14 +22,14 @@ from controlplane.jobs import state
 from controlplane.jobs.choices import JobStatus
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_heartbeat, request_schedule
+from workers.runtime import protocol
 from workers.supervisor import process
 from workers.supervisor.command import LaunchSpec, build_command, build_env
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.25
-# Exit code of a workload that checkpointed and stopped on SIGTERM.
-EXIT_STOPPED_BY_SIGNAL = 143
+_CHECKPOINT_NAME = re.compile(rf"^{re.escape(protocol.CHECKPOINT_PREFIX)}(\d+)\.pt$")
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,22 @@ def launch_spec_for(job: Job) -> LaunchSpec:
 
 def latest_checkpoint_step(run_dir: Path) -> int | None:
     """Step of the newest checkpoint the workload wrote, or None if there is none."""
-    marker = run_dir / "checkpoint" / "LATEST"
+    if not run_dir.is_dir():
+        return None
+    steps = [int(m.group(1)) for f in run_dir.iterdir() if (m := _CHECKPOINT_NAME.match(f.name))]
+    return max(steps, default=None)
+
+
+def worker_exit_reason(run_dir: Path) -> str | None:
+    """The reason a rank wrote to RUN_DIR/exit.json before a non-zero exit, if any.
+
+    torchrun flattens a failed rank to exit status 1; this file keeps the real cause.
+    """
     try:
-        return int(marker.read_text().strip())
+        info = json.loads((run_dir / protocol.EXIT_FILE).read_text())
     except (OSError, ValueError):
         return None
+    return f"{info.get('reason', 'stopped')} (rank exit {info.get('code')}, step {info.get('step')})"
 
 
 def supervise(job_id: int) -> Outcome | None:
@@ -76,6 +89,7 @@ def supervise(job_id: int) -> Outcome | None:
     reason = "started"
     expected = JobStatus.ADMITTED
     while True:
+        (spec.run_dir / protocol.EXIT_FILE).unlink(missing_ok=True)
         proc = process.spawn(argv, env=env, run_dir=spec.run_dir)
         placement["pgid"] = proc.pid
         job = state.transition(job, JobStatus.RUNNING, reason=reason, expected=expected, placement=placement)
@@ -116,7 +130,8 @@ def _watch(job: Job, proc: subprocess.Popen[bytes]) -> Outcome:
         if code is not None:
             if code == 0:
                 return Outcome(JobStatus.SUCCEEDED, 0, "finished")
-            return Outcome(JobStatus.RESTARTING, code, f"torchrun exited with code {code}")
+            reason = worker_exit_reason(Path(job.run_dir)) or f"torchrun exited with code {code}"
+            return Outcome(JobStatus.RESTARTING, code, reason)
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.SYNCLANE_HEARTBEAT_S
