@@ -111,7 +111,7 @@ class Preemptor:
                 peers.extend(
                     r for r in self.by_tenant.get(member.name, ()) if r.id not in self.gone
                 )
-        return sorted(peers + own, key=victim_order)
+        return newest_first(peers) + own
 
     def _take_until_fit(
         self, job: JobRequest, candidates: list[RunningJob]

@@ -1,0 +1,263 @@
+"""Properties the scheduler keeps whatever the quotas, cohorts and jobs (hypothesis).
+
+Each example builds a reachable state (a first decision over an empty cluster, applied), then
+checks a second decision and further rounds against invariants computed here, independently of
+the scheduler's own bookkeeping (the queue-order property reuses the ledger's fit check).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from controlplane.scheduling import (
+    Cluster,
+    Decision,
+    JobRequest,
+    RunningJob,
+    Snapshot,
+    TenantQuota,
+    WaitCode,
+    allocate,
+    schedule,
+)
+from controlplane.scheduling.admission import queue_order
+from controlplane.scheduling.quota import Ledger
+
+from .factories import apply
+from .strategies import GBIT, clusters, job_lists, tenant_lists
+
+EXAMPLES = settings(max_examples=150, deadline=None)
+TOLERANCE = 1e-6  # bit/s, absolute
+
+
+def at_most(value: float, bound: float) -> bool:
+    """value <= bound up to float rounding (a billionth: a few bit/s at Gbit/s)."""
+    return value <= bound + 1e-9 * abs(bound) + TOLERANCE
+
+
+@st.composite
+def worlds(
+    draw: st.DrawFn,
+) -> tuple[Cluster, list[TenantQuota], list[RunningJob], list[JobRequest]]:
+    """A cluster, tenants, running jobs reached by one applied decision, and new pending jobs."""
+    cluster = draw(clusters)
+    tenants = draw(tenant_lists())
+    first = draw(job_lists(tenants, "a"))
+    decision = schedule(Snapshot(cluster=cluster, tenants=tenants, pending=first, running=[]), 0.0)
+    leftover, holding = apply(decision, first, [], 0.0)
+    return cluster, tenants, holding, leftover + draw(job_lists(tenants, "b"))
+
+
+def decide(
+    cluster: Cluster,
+    tenants: Sequence[TenantQuota],
+    holding: Sequence[RunningJob],
+    pending: Sequence[JobRequest],
+    now: float = 10.0,
+) -> Decision:
+    return schedule(
+        Snapshot(cluster=cluster, tenants=tenants, pending=pending, running=holding), now
+    )
+
+
+def holding_after(
+    decision: Decision, holding: Sequence[JobRequest], pending: Sequence[JobRequest]
+) -> list[JobRequest]:
+    gone = {p.job_id for p in decision.preemptions}
+    started = {a.job_id for a in decision.admissions}
+    return [j for j in holding if j.id not in gone] + [j for j in pending if j.id in started]
+
+
+def limit(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+def assert_within_quota(
+    cluster: Cluster, tenants: Sequence[TenantQuota], jobs: Sequence[JobRequest]
+) -> None:
+    quotas = {t.name: t for t in tenants}
+    used: dict[str, list[float]] = {}
+    for job in jobs:
+        use = used.setdefault(job.tenant, [0.0, 0.0])
+        use[0] += job.slots
+        use[1] += job.bandwidth_floor_bps
+    assert sum(u[0] for u in used.values()) <= cluster.slots
+    assert at_most(sum(u[1] for u in used.values()), cluster.fabric_bps)
+    borrowed: dict[tuple[str, int], float] = {}
+    lendable: dict[tuple[str, int], float] = {}
+    for name, (slots, floors) in used.items():
+        quota = quotas.get(name)
+        assert quota is not None, f"job of unknown tenant {name} admitted"
+        for r, (u, nominal, b_limit, l_limit) in enumerate(
+            [
+                (
+                    slots,
+                    quota.nominal_slots,
+                    quota.borrowing_limit_slots,
+                    quota.lending_limit_slots,
+                ),
+                (
+                    floors,
+                    quota.nominal_bandwidth_bps,
+                    quota.borrowing_limit_bps,
+                    quota.lending_limit_bps,
+                ),
+            ]
+        ):
+            allowed = nominal + (limit(b_limit) if quota.cohort else 0.0)
+            assert at_most(u, allowed), f"{name} holds {u} of resource {r}, allowed {allowed}"
+    for quota in tenants:
+        if quota.cohort is None:
+            continue
+        slots, floors = used.get(quota.name, [0.0, 0.0])
+        for r, (u, nominal, l_limit) in enumerate(
+            [
+                (slots, quota.nominal_slots, quota.lending_limit_slots),
+                (floors, quota.nominal_bandwidth_bps, quota.lending_limit_bps),
+            ]
+        ):
+            key = (quota.cohort, r)
+            borrowed[key] = borrowed.get(key, 0.0) + max(0.0, u - nominal)
+            lendable[key] = lendable.get(key, 0.0) + min(limit(l_limit), max(0.0, nominal - u))
+    for key, b in borrowed.items():
+        assert at_most(b, lendable[key]), f"cohort {key} borrows {b}, lends {lendable[key]}"
+
+
+@EXAMPLES
+@given(worlds())
+def test_no_tenant_ever_exceeds_its_nominal_quota_plus_allowed_borrowing(world) -> None:  # type: ignore[no-untyped-def]
+    cluster, tenants, holding, pending = world
+    assert_within_quota(cluster, tenants, holding)
+    decision = decide(cluster, tenants, holding, pending)
+    assert_within_quota(cluster, tenants, holding_after(decision, holding, pending))
+
+
+@EXAMPLES
+@given(worlds())
+def test_every_pending_job_is_either_admitted_or_waiting_with_a_position(world) -> None:  # type: ignore[no-untyped-def]
+    cluster, tenants, holding, pending = world
+    decision = decide(cluster, tenants, holding, pending)
+    admitted = {a.job_id for a in decision.admissions}
+    assert admitted.isdisjoint(decision.waiting)
+    assert admitted | set(decision.waiting) == {j.id for j in pending}
+    for w in decision.waiting.values():
+        assert 1 <= w.position <= w.queue_length
+        assert w.reason.startswith("waiting: ")
+        assert w.reason.endswith(f"; position {w.position} of {w.queue_length}")
+    victims = [p.job_id for p in decision.preemptions]
+    assert len(victims) == len(set(victims)) and set(victims) <= {r.id for r in holding}
+    assert sorted(victims) == sorted(v for a in decision.admissions for v in a.preempts)
+
+
+@EXAMPLES
+@given(worlds())
+def test_allocations_stay_within_the_fabric_ceilings_and_meet_every_floor(world) -> None:  # type: ignore[no-untyped-def]
+    cluster, tenants, holding, pending = world
+    decision = decide(cluster, tenants, holding, pending)
+    after = holding_after(decision, holding, pending)
+    assert set(decision.allocations) == {j.id for j in after}
+    assert at_most(sum(a.bps for a in decision.allocations.values()), cluster.fabric_bps)
+    for job in after:
+        allocation = decision.allocations[job.id]
+        assert allocation.floor_met
+        assert at_most(job.bandwidth_floor_bps, allocation.bps)
+        if job.bandwidth_ceiling_bps is not None:
+            assert at_most(allocation.bps, job.bandwidth_ceiling_bps)
+
+
+@EXAMPLES
+@given(worlds())
+def test_no_job_is_admitted_ahead_of_a_more_urgent_job_of_its_queue_that_fits(world) -> None:  # type: ignore[no-untyped-def]
+    """For an admitted job L and a job H waiting ahead of it in the same queue, H must not fit
+    even with L not admitted (victims counted as still running, which only makes fitting
+    easier for H than when its turn came)."""
+    cluster, tenants, holding, pending = world
+    decision = decide(cluster, tenants, holding, pending)
+    by_id = {j.id: j for j in pending}
+    admitted = [by_id[a.job_id] for a in decision.admissions]
+    for low in admitted:
+        ahead = [
+            by_id[w.job_id]
+            for w in decision.waiting.values()
+            if w.tenant == low.tenant and queue_order(by_id[w.job_id]) < queue_order(low)
+        ]
+        if not ahead:
+            continue
+        ledger = Ledger(cluster, tenants)
+        for job in [*holding, *admitted]:
+            if job is not low:
+                ledger.add(job)
+        for high in ahead:
+            assert decision.waiting[high.id].code is not WaitCode.BLOCKED_BY_HEAD
+            assert ledger.check(high) is not None, f"{high.id} fits but {low.id} went first"
+
+
+@EXAMPLES
+@given(worlds(), st.data())
+def test_two_jobs_never_preempt_each_other(world, data) -> None:  # type: ignore[no-untyped-def]
+    cluster, tenants, holding, pending = world
+    pairs: set[tuple[str, str]] = set()
+    for round_ in range(1, 5):
+        now = 10.0 * round_
+        decision = decide(cluster, tenants, holding, pending, now)
+        event("reclaim" if any(p.reclaim for p in decision.preemptions) else "no reclaim")
+        for p in decision.preemptions:
+            assert (p.job_id, p.by_job_id) not in pairs, f"{p.job_id} and {p.by_job_id} loop"
+            pairs.add((p.by_job_id, p.job_id))
+        pending, holding = apply(decision, pending, holding, now)
+        done = data.draw(
+            st.sets(st.sampled_from([r.id for r in holding])) if holding else st.just(set())
+        )
+        holding = [r for r in holding if r.id not in done]
+        pending += data.draw(job_lists(tenants, f"r{round_}-", max_size=5))
+
+
+@EXAMPLES
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.none() | st.integers(0, 12)), min_size=1, max_size=12),
+    st.integers(0, 40),
+)
+def test_allocation_is_max_min_fair_among_equal_weights(specs, fabric_halves) -> None:  # type: ignore[no-untyped-def]
+    """Same priority, no deadlines, one tenant whose quota is the fabric: every job gets
+    clamp(level, floor, ceiling) for one level, and nothing is left idle that a job could use."""
+    fabric = fabric_halves * GBIT / 2
+    floors_fit = []
+    left = fabric
+    for floor_halves, extra in specs:
+        floor = floor_halves * GBIT / 2
+        floors_fit.append(floor if floor <= left else 0.0)
+        left -= floors_fit[-1]
+    jobs = [
+        RunningJob(
+            id=f"j{i}",
+            tenant="t",
+            slots=1,
+            submit_time=0,
+            started_at=0,
+            bandwidth_floor_bps=floor,
+            bandwidth_ceiling_bps=None if extra is None else floor + extra * GBIT / 2,
+        )
+        for i, (floor, (_, extra)) in enumerate(zip(floors_fit, specs, strict=True))
+    ]
+    quota = TenantQuota(name="t", nominal_slots=64, nominal_bandwidth_bps=fabric)
+    plan = allocate(
+        cluster=Cluster(slots=64, fabric_bps=fabric), tenants=[quota], running=jobs, now=0
+    )
+    got = {j.id: plan[j.id].bps for j in jobs}
+    caps = {
+        j.id: fabric if j.bandwidth_ceiling_bps is None else min(fabric, j.bandwidth_ceiling_bps)
+        for j in jobs
+    }
+    floors = {j.id: j.bandwidth_floor_bps for j in jobs}
+    total = sum(got.values())
+    assert at_most(total, fabric)
+    assert math.isclose(total, min(fabric, sum(caps.values())), rel_tol=1e-9, abs_tol=TOLERANCE)
+    for a in got:
+        for b in got:
+            # a has less than b: a is capped, or b sits at its floor above the level
+            if not at_most(got[b], got[a]):
+                assert at_most(caps[a], got[a]) or at_most(got[b], floors[b])
