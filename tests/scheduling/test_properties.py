@@ -76,53 +76,37 @@ def limit(value: float | None) -> float:
     return math.inf if value is None else value
 
 
+def resources(quota: TenantQuota) -> list[tuple[float, float | None, float | None]]:
+    """(nominal, borrowing limit, lending limit) for slots, then for floor bandwidth."""
+    return [
+        (quota.nominal_slots, quota.borrowing_limit_slots, quota.lending_limit_slots),
+        (quota.nominal_bandwidth_bps, quota.borrowing_limit_bps, quota.lending_limit_bps),
+    ]
+
+
 def assert_within_quota(
     cluster: Cluster, tenants: Sequence[TenantQuota], jobs: Sequence[JobRequest]
 ) -> None:
-    quotas = {t.name: t for t in tenants}
-    used: dict[str, list[float]] = {}
+    used: dict[str, list[float]] = {t.name: [0.0, 0.0] for t in tenants}
     for job in jobs:
-        use = used.setdefault(job.tenant, [0.0, 0.0])
-        use[0] += job.slots
-        use[1] += job.bandwidth_floor_bps
+        assert job.tenant in used, f"job {job.id} of a tenant without quota holds slots"
+        used[job.tenant][0] += job.slots
+        used[job.tenant][1] += job.bandwidth_floor_bps
     assert sum(u[0] for u in used.values()) <= cluster.slots
     assert at_most(sum(u[1] for u in used.values()), cluster.fabric_bps)
     borrowed: dict[tuple[str, int], float] = {}
     lendable: dict[tuple[str, int], float] = {}
-    for name, (slots, floors) in used.items():
-        quota = quotas.get(name)
-        assert quota is not None, f"job of unknown tenant {name} admitted"
-        for r, (u, nominal, b_limit, l_limit) in enumerate(
-            [
-                (
-                    slots,
-                    quota.nominal_slots,
-                    quota.borrowing_limit_slots,
-                    quota.lending_limit_slots,
-                ),
-                (
-                    floors,
-                    quota.nominal_bandwidth_bps,
-                    quota.borrowing_limit_bps,
-                    quota.lending_limit_bps,
-                ),
-            ]
-        ):
-            allowed = nominal + (limit(b_limit) if quota.cohort else 0.0)
-            assert at_most(u, allowed), f"{name} holds {u} of resource {r}, allowed {allowed}"
     for quota in tenants:
-        if quota.cohort is None:
-            continue
-        slots, floors = used.get(quota.name, [0.0, 0.0])
-        for r, (u, nominal, l_limit) in enumerate(
-            [
-                (slots, quota.nominal_slots, quota.lending_limit_slots),
-                (floors, quota.nominal_bandwidth_bps, quota.lending_limit_bps),
-            ]
-        ):
-            key = (quota.cohort, r)
-            borrowed[key] = borrowed.get(key, 0.0) + max(0.0, u - nominal)
-            lendable[key] = lendable.get(key, 0.0) + min(limit(l_limit), max(0.0, nominal - u))
+        for r, (nominal, borrow_limit, lend_limit) in enumerate(resources(quota)):
+            u = used[quota.name][r]
+            allowed = nominal + (limit(borrow_limit) if quota.cohort else 0.0)
+            assert at_most(u, allowed), f"{quota.name} holds {u} of resource {r} > {allowed}"
+            if quota.cohort is not None:
+                key = (quota.cohort, r)
+                borrowed[key] = borrowed.get(key, 0.0) + max(0.0, u - nominal)
+                lendable[key] = lendable.get(key, 0.0) + min(
+                    limit(lend_limit), max(0.0, nominal - u)
+                )
     for key, b in borrowed.items():
         assert at_most(b, lendable[key]), f"cohort {key} borrows {b}, lends {lendable[key]}"
 
@@ -227,7 +211,7 @@ def test_allocation_is_max_min_fair_among_equal_weights(specs, fabric_halves) ->
     fabric = fabric_halves * GBIT / 2
     floors_fit = []
     left = fabric
-    for floor_halves, extra in specs:
+    for floor_halves, _ in specs:
         floor = floor_halves * GBIT / 2
         floors_fit.append(floor if floor <= left else 0.0)
         left -= floors_fit[-1]
