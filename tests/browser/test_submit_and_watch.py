@@ -1,0 +1,62 @@
+"""A user logs in, submits a job in the form, and watches the live chart draw."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import PASSWORD
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def log_in(page, live, username: str) -> None:
+    page.goto(f"{live.url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live.url}/")
+
+
+def test_a_user_submits_a_job_and_sees_the_live_chart_draw(page, live, alice):
+    log_in(page, live, "alice")
+    page.select_option("select[name=tenant]", "vision")
+    page.fill("input[name=name]", "from the browser")
+    page.fill("input[name=world_size]", "2")
+    page.fill("input[name=steps]", "40")
+    page.click("form.submit-form button[type=submit]")
+
+    page.wait_for_url(f"{live.url}/jobs/*/")
+    page.wait_for_function("document.getElementById('live-state').textContent === 'live'", timeout=15_000)
+    # Points arrive over the websocket (nothing polls), so the count grows while it runs.
+    page.wait_for_function("window.synclane.points >= 3", timeout=120_000)
+    drawn = page.evaluate("document.getElementById('chart-loss').data[0].x.length")
+    assert drawn >= 3
+    page.wait_for_function(
+        "document.getElementById('job-status').textContent === 'succeeded'", timeout=120_000
+    )
+    assert "running → succeeded" in page.inner_text("#events").replace("\n", " ")
+
+
+def test_the_form_shows_the_reason_for_a_bad_field(page, live, alice):
+    log_in(page, live, "alice")
+    page.select_option("select[name=tenant]", "vision")
+    page.fill("input[name=name]", "too wide")
+    page.fill("input[name=world_size]", "999")
+    page.fill("input[name=steps]", "10")
+    page.click("form.submit-form button[type=submit]")
+    error = page.locator(".field-error[data-field=world_size]")
+    assert "between 1 and" in error.inner_text()
+
+
+def test_bob_gets_a_404_for_alices_job_page(page, live, alice, bob):
+    token = live.token("alice", PASSWORD)
+    _, job = live.request(
+        "POST",
+        "/api/v1/jobs/",
+        {"tenant": "vision", "name": "private", "workload": "tiny_gpt", "world_size": 1, "steps": 1},
+        token=token,
+    )
+    log_in(page, live, "bob")
+    response = page.goto(f"{live.url}/jobs/{job['id']}/")
+    assert response.status == 404
+    assert "private" not in page.content()
