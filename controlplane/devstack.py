@@ -25,6 +25,8 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+# Set by `test`: REDIS_URL is a server started for this run alone.
+PRIVATE_REDIS_FLAG = "SYNCLANE_TEST_PRIVATE_REDIS"
 
 
 def free_port() -> int:
@@ -178,6 +180,7 @@ def test(args: Sequence[str]) -> int:
     with stopping(Stack(), Path(env["SYNCLANE_JOBS_DIR"])) as stack:
         # Tests flush their Redis: it is always a private one, never REDIS_URL's.
         env["REDIS_URL"] = start_private_redis(stack, run_dir, log=run_dir / "redis.log")
+        env[PRIVATE_REDIS_FLAG] = "1"  # tests may flush it: nobody else uses it
         pytest = [PYTHON, "-m", "pytest"]
         if args:
             return subprocess.run([*pytest, *args], env=env, cwd=BASE_DIR).returncode

@@ -6,12 +6,29 @@ The live stack (Celery worker, ingest, ASGI server) is in tests/integration/conf
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import redis as redis_lib
+from django.conf import settings
+
+from controlplane.devstack import PRIVATE_REDIS_FLAG
 
 from controlplane.jobs.models import Queue
 from controlplane.tenancy.models import Membership, Role, Tenant
 
 PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture
+def private_redis() -> redis_lib.Redis:
+    """The suite's own Redis, emptied for this test (never a server we did not start)."""
+    if os.environ.get(PRIVATE_REDIS_FLAG) != "1":
+        pytest.fail("run the suite with `make test` (or `python -m controlplane.devstack test ARGS`), "
+                    "which starts the private Redis these tests flush")
+    client = redis_lib.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    client.flushdb()
+    return client
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 
 from controlplane.jobs.choices import TERMINAL
 from controlplane.jobs.models import Job
@@ -66,7 +66,6 @@ class Ingest:
         return handled
 
     def _handle(self, job_id: int, entries: list[tuple[str, dict[str, str]]]) -> int:
-        close_old_connections()
         job = Job.objects.filter(pk=job_id).only("pk", "tenant_id", "last_step").first()
         if job is None:
             return len(entries)

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
 
 from controlplane.telemetry.ingest import Ingest
 
@@ -30,6 +31,7 @@ class Command(BaseCommand):
         ingest = Ingest.from_settings()
         self.stdout.write("telemetry ingest running")
         while not stopping:
+            close_old_connections()  # a long-lived loop must not keep a broken connection
             try:
                 if ingest.step(block_ms=500) == 0:
                     time.sleep(0.05)  # no active streams: XREAD was not issued
