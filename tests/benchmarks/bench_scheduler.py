@@ -1,0 +1,310 @@
+"""Benchmark of the scheduling core (issue 3).
+
+    python tests/benchmarks/bench_scheduler.py           # full run, writes bench-results/scheduler.json
+    python tests/benchmarks/bench_scheduler.py --quick   # under a minute, fewer repeats and sizes
+
+Three parts:
+
+1. **Decision cost**: one ``schedule()`` call (admission, preemption, reasons, allocation) at
+   1k, 10k and 100k pending jobs across 10, 100 and 1000 tenants; the cluster is sized from the
+   tenants' quotas (80% of their nominal slots) and 70% full of running jobs, so most pending
+   jobs wait and many try preemption. Best of ``repeats`` runs. Target: <= 1 ms per pending job
+   at 10k pending.
+2. **Allocation cost**: ``allocate()`` for 1k running jobs of 100 tenants in 10 cohorts, with
+   floors, ceilings and deadlines. Target: <= 10 ms.
+3. **Bandwidth policy on a trace**: the same network-bound trace (deadlines on high and
+   critical jobs) replayed by the simulator with allocation by priority (the scheduler), equal
+   shares, and none (first come first served on the shared link): mean and tail job completion
+   time and deadline misses.
+
+Times are wall-clock on a shared machine: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from controlplane.scheduling import (  # noqa: E402
+    Cluster,
+    JobRequest,
+    QueuePolicy,
+    RunningJob,
+    Snapshot,
+    TenantQuota,
+    allocate,
+    schedule,
+    simulate,
+)
+
+PRIORITIES = (100, 200, 300, 400)
+GBIT = 1e9
+OUT = ROOT / "bench-results" / "scheduler.json"
+
+
+def tenants_for(count: int, rng: random.Random) -> list[TenantQuota]:
+    """``count`` tenants, two thirds of them in cohorts of ten, a mix of queue policies."""
+    return [
+        TenantQuota(
+            name=f"t{i}",
+            nominal_slots=rng.choice([8, 16, 32]),
+            nominal_bandwidth_bps=rng.choice([1, 2, 5]) * GBIT,
+            max_running_jobs=rng.choice([None, 8, 16]),
+            weight=rng.choice([1.0, 1.0, 2.0]),
+            cohort=f"c{i // 10}" if i % 3 else None,
+            queue_policy=rng.choice(list(QueuePolicy)),
+        )
+        for i in range(count)
+    ]
+
+
+def world(pending: int, tenant_count: int, seed: int = 0) -> Snapshot:
+    """A cluster 70% full and ``pending`` jobs spread over ``tenant_count`` tenants."""
+    rng = random.Random(seed)
+    tenants = tenants_for(tenant_count, rng)
+    slots = int(0.8 * sum(t.nominal_slots for t in tenants))
+    fabric = 0.8 * sum(t.nominal_bandwidth_bps for t in tenants)
+    cluster = Cluster(slots=slots, fabric_bps=fabric)
+    running: list[RunningJob] = []
+    per_tenant = {t.name: 0 for t in tenants}
+    used = 0
+    while used < 0.7 * slots:
+        quota = tenants[rng.randrange(tenant_count)]
+        size = rng.choice([1, 2, 4, 8])
+        if per_tenant[quota.name] + size > quota.nominal_slots:
+            continue
+        per_tenant[quota.name] += size
+        used += size
+        running.append(
+            RunningJob(
+                id=f"r{len(running)}",
+                tenant=quota.name,
+                slots=size,
+                submit_time=0.0,
+                started_at=rng.uniform(0, 100),
+                priority=rng.choice(PRIORITIES),
+                bandwidth_floor_bps=rng.choice([0.0, 0.0, 0.05 * GBIT]),
+            )
+        )
+    jobs = [
+        JobRequest(
+            id=f"p{i}",
+            tenant=f"t{rng.randrange(tenant_count)}",
+            slots=rng.choice([1, 2, 4, 8]),
+            submit_time=rng.uniform(0, 100),
+            priority=rng.choice(PRIORITIES),
+            bandwidth_floor_bps=rng.choice([0.0, 0.0, 0.1 * GBIT]),
+            bandwidth_ceiling_bps=rng.choice([None, 2 * GBIT]),
+            deadline=rng.choice([None, 500.0]),
+            remaining_steps=1000.0,
+            steps_per_second=2.0,
+        )
+        for i in range(pending)
+    ]
+    return Snapshot(cluster=cluster, tenants=tenants, pending=jobs, running=running)
+
+
+def best_of(repeats: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def decision_cost(sizes: list[tuple[int, int]], repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for pending, tenant_count in sizes:
+        snap = world(pending, tenant_count)
+        decision = schedule(snap, 100.0)
+        seconds = best_of(repeats, lambda snap=snap: schedule(snap, 100.0))
+        rows.append(
+            {
+                "pending": pending,
+                "tenants": tenant_count,
+                "running": len(snap.running),
+                "admitted": len(decision.admissions),
+                "preempted": len(decision.preemptions),
+                "decision_ms": seconds * 1e3,
+                "us_per_pending_job": seconds / pending * 1e6,
+            }
+        )
+        print(
+            f"  {pending:>7} pending {tenant_count:>5} tenants {len(snap.running):>5} running  "
+            f"{seconds * 1e3:9.1f} ms  {seconds / pending * 1e6:6.1f} us/job",
+            flush=True,
+        )
+    return rows
+
+
+def allocation_cost(repeats: int) -> dict[str, Any]:
+    rng = random.Random(1)
+    tenants = tenants_for(100, rng)
+    jobs = [
+        RunningJob(
+            id=f"r{i}",
+            tenant=f"t{rng.randrange(100)}",
+            slots=rng.choice([1, 2, 4, 8]),
+            submit_time=0.0,
+            started_at=rng.uniform(0, 100),
+            priority=rng.choice(PRIORITIES),
+            bandwidth_floor_bps=rng.choice([0.0, 0.0, 0.05 * GBIT]),
+            bandwidth_ceiling_bps=rng.choice([None, 0.5 * GBIT, 2 * GBIT]),
+            deadline=rng.choice([None, 300.0, 1000.0]),
+            remaining_steps=rng.uniform(10, 5000),
+            steps_per_second=rng.uniform(1, 20),
+        )
+        for i in range(1000)
+    ]
+    cluster = Cluster(slots=4000, fabric_bps=0.8 * sum(t.nominal_bandwidth_bps for t in tenants))
+    seconds = best_of(
+        repeats, lambda: allocate(cluster=cluster, tenants=tenants, running=jobs, now=100.0)
+    )
+    print(f"  allocation for 1000 running jobs, 100 tenants: {seconds * 1e3:.2f} ms", flush=True)
+    return {"running": 1000, "tenants": 100, "allocation_ms": seconds * 1e3}
+
+
+def network_bound_trace(jobs: int, seed: int = 3) -> dict[str, Any]:
+    """A trace where the fabric is the bottleneck: slots are plenty, communication dominates,
+    high and critical jobs carry deadlines of 1.3-2.5x their full-speed duration."""
+    rng = random.Random(seed)
+    tenants = [
+        {"name": name, "nominal_slots": 24, "nominal_mbps": 2500, "cohort": "all"}
+        for name in ("vision", "nlp", "speech", "rl")
+    ]
+    out, clock = [], 0.0
+    for i in range(jobs):
+        clock += rng.expovariate(1 / 250)  # about 90% of the fabric at full speed
+        priority = rng.choices(["low", "normal", "high", "critical"], [3, 4, 2, 1])[0]
+        duration = rng.choice([300, 600, 900, 1200])
+        job: dict[str, Any] = {
+            "id": f"j{i:03d}",
+            "tenant": rng.choice(tenants)["name"],
+            "arrival": round(clock),
+            "slots": rng.choice([2, 4, 8]),
+            "priority": priority,
+            "duration": duration,
+            "comm_fraction": rng.uniform(0.6, 0.9),
+            "ceiling_mbps": rng.choice([2000, 3000, 4000]),
+        }
+        if priority in ("high", "critical"):
+            job["deadline"] = round(duration * rng.uniform(1.3, 2.5))
+            job["floor_mbps"] = 200
+        out.append(job)
+    return {
+        "cluster": {"slots": 96, "fabric_mbps": 10000},
+        "tick_s": 20,
+        "tenants": tenants,
+        "jobs": out,
+    }
+
+
+def policy_comparison(jobs: int) -> list[dict[str, Any]]:
+    trace = simulate.load(network_bound_trace(jobs))
+    rows = []
+    for mode in simulate.MODES:
+        m = simulate.run(trace, mode)
+        urgent = m.misses_by_class.get("high", 0) + m.misses_by_class.get("critical", 0)
+        rows.append(
+            {
+                "bandwidth": {"priority": "by priority", "equal": "equal shares"}.get(
+                    mode, "none (FCFS link)"
+                ),
+                "jobs": m.jobs,
+                "jct_mean_s": m.jct_mean_s,
+                "jct_p95_s": m.jct_p95_s,
+                "jct_p99_s": m.jct_p99_s,
+                "deadline_misses": m.deadline_misses,
+                "deadline_jobs": m.deadline_jobs,
+                "misses_by_class": m.misses_by_class,
+                "high_critical_misses": urgent,
+                "bandwidth_utilisation": m.bandwidth_utilisation,
+                "wall_s": m.wall_s,
+                "decision_mean_ms": m.decision_real_s / max(1, m.decisions) * 1e3,
+            }
+        )
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "| pending | tenants | running | decision (ms) | per pending job (us) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["decision_cost"]:
+        lines.append(
+            f"| {r['pending']} | {r['tenants']} | {r['running']} | {r['decision_ms']:.1f} "
+            f"| {r['us_per_pending_job']:.1f} |"
+        )
+    a = results["allocation_cost"]
+    lines += [
+        "",
+        f"Allocation for {a['running']} running jobs of {a['tenants']} tenants: "
+        f"**{a['allocation_ms']:.2f} ms** (target <= 10 ms).",
+        "",
+        "| bandwidth allocation | mean JCT (s) | p95 JCT (s) | p99 JCT (s) | deadline misses "
+        "| of which high/critical | bandwidth used |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["policy_comparison"]:
+        lines.append(
+            f"| {r['bandwidth']} | {r['jct_mean_s']:.0f} | {r['jct_p95_s']:.0f} "
+            f"| {r['jct_p99_s']:.0f} | {r['deadline_misses']}/{r['deadline_jobs']} "
+            f"| {r['high_critical_misses']} | {r['bandwidth_utilisation']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Benchmark the scheduling core.")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (< 1 min)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    sizes = [(p, t) for p in (1_000, 10_000, 100_000) for t in (10, 100, 1000)]
+    if args.quick:
+        sizes = [(p, t) for p, t in sizes if p < 100_000] + [(100_000, 100)]
+    repeats = 1 if args.quick else 3
+    print("decision cost (schedule: admission + preemption + reasons + allocation)", flush=True)
+    results: dict[str, Any] = {
+        "command": "python tests/benchmarks/bench_scheduler.py"
+        + (" --quick" if args.quick else ""),
+        "quick": args.quick,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "decision_cost": decision_cost(sizes, repeats),
+    }
+    results["allocation_cost"] = allocation_cost(repeats * 5)
+    print("bandwidth policy on a network-bound trace", flush=True)
+    results["policy_comparison"] = policy_comparison(60 if args.quick else 200)
+    at_10k = [r["us_per_pending_job"] for r in results["decision_cost"] if r["pending"] == 10_000]
+    results["targets"] = {
+        "decision_us_per_pending_job_at_10k_max": max(at_10k),
+        "decision_target_us": 1000,
+        "allocation_ms": results["allocation_cost"]["allocation_ms"],
+        "allocation_target_ms": 10,
+        "median_us_per_pending_job": statistics.median(
+            r["us_per_pending_job"] for r in results["decision_cost"]
+        ),
+    }
+    print()
+    print(markdown(results))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
