@@ -109,7 +109,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        "CONFIG": {
+            # redis-py 8 times reads out after 5 s by default, exactly channels_redis's
+            # blocking-receive period: the race drops idle websockets. Give reads headroom.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "capacity": 1000,
+            "expiry": 30,
+        },
     }
 }
 

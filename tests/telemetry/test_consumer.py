@@ -27,6 +27,9 @@ def cookie_for(user) -> bytes:
 
 @database_sync_to_async
 def make_job(tenant, actor):
+    # No slots: the job stays queued even when a live worker (integration tests) is running.
+    tenant.slot_quota = 0
+    tenant.save(update_fields=["slot_quota"])
     return job_submit(
         tenant=tenant, spec=JobSpec(name="w", workload="tiny_gpt", world_size=1, steps=5), actor=actor
     )
