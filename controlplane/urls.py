@@ -1,16 +1,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from rest_framework.authtoken.views import obtain_auth_token
 
-from controlplane.dashboard import views
 from controlplane.health import healthz
 from controlplane.jobs import api
 
 urlpatterns = [
-    path("", views.job_list, name="job-list"),
-    path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
-    path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("", include("controlplane.dashboard.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
