@@ -7,6 +7,7 @@ replays a trace against the same code.
 """
 
 from .bandwidth import allocate, urgency, water_fill
+from .preemption import over_quota
 from .scheduler import schedule
 from .types import (
     Admission,
@@ -41,6 +42,7 @@ __all__ = [
     "WaitCode",
     "Waiting",
     "allocate",
+    "over_quota",
     "schedule",
     "urgency",
     "water_fill",

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .quota import Account, Ledger
-from .types import JobRequest, RunningJob
+from .fairshare import share
+from .quota import EPSILON, RESOURCES, Account, Ledger
+from .types import JobRequest, Preemption, RunningJob, Snapshot
 
 
 def victim_order(job: RunningJob) -> tuple[int, float, str]:
@@ -142,3 +143,61 @@ class Preemptor:
             needed.append(victim)
         needed.reverse()  # back in the order they were picked
         return needed
+
+
+def over_quota(snapshot: Snapshot) -> tuple[Preemption, ...]:
+    """Return the running jobs to preempt so that every tenant is back within its quota.
+
+    For a site admin who lowered a quota below current use and chose "preempt now" ("apply at
+    next admission" needs nothing: admission never admits above quota). Pending jobs are
+    ignored. In three steps, each taking the fewest jobs in its order:
+
+    1. each tenant above nominal + borrowing limit, or above max running jobs: its own jobs,
+       lowest priority first, then newest;
+    2. each cohort that borrows more than its members can lend: the newest job of the member
+       that borrows most (relative to its weight), until the cohort balances;
+    3. a cluster holding more slots or floors than it has (a node left): lowest priority first,
+       then newest, across all tenants.
+    """
+    ledger = Ledger(snapshot.cluster, snapshot.tenants)
+    for job in snapshot.running:
+        ledger.add(job)
+    by_tenant: dict[str, list[RunningJob]] = {}
+    for job in snapshot.running:
+        by_tenant.setdefault(job.tenant, []).append(job)
+    out: list[Preemption] = []
+
+    def take(job: RunningJob, why: str) -> None:
+        ledger.remove(job)
+        by_tenant[job.tenant].remove(job)
+        out.append(
+            Preemption(
+                job_id=job.id,
+                tenant=job.tenant,
+                by_job_id=None,
+                reclaim=False,
+                reason=f"preempted: {why}",
+            )
+        )
+
+    for name in sorted(by_tenant):
+        account = ledger.account(name)
+        for job in sorted(by_tenant[name], key=victim_order):
+            if not account.above_limits():
+                break
+            take(job, f"tenant {name} is above its lowered quota")
+    for cohort, pools in sorted(ledger.pools.items()):
+        while any(pool.borrowed > pool.lendable + EPSILON for pool in pools):
+            members = [a for a in ledger.accounts.values() if a.cohort == cohort and a.borrowing()]
+            if not members:
+                break
+            heaviest = max(members, key=lambda a: (share(a, ledger), a.name))
+            take(
+                newest_first(by_tenant[heaviest.name])[0],
+                f"cohort {cohort} lends less than tenant {heaviest.name} borrows",
+            )
+    for job in sorted((j for jobs in by_tenant.values() for j in jobs), key=victim_order):
+        if all(ledger.used[r] <= ledger.capacity[r] + EPSILON for r in RESOURCES):
+            break
+        take(job, "the cluster has fewer slots or less fabric bandwidth than its jobs hold")
+    return tuple(out)

@@ -88,6 +88,14 @@ class Account:
         """Return True when the tenant uses more than nominal of any resource."""
         return any(dim.used > dim.nominal + EPSILON for dim in self.dims)
 
+    def above_limits(self) -> bool:
+        """Return True when the tenant holds more than it may ever hold: nominal plus its
+        borrowing limit (nominal alone outside a cohort), or more jobs than its maximum."""
+        limit = self.quota.max_running_jobs
+        if limit is not None and self.jobs > limit:
+            return True
+        return any(d.used > d.nominal + d.borrow_limit + EPSILON for d in self.dims)
+
     def within_nominal_with(self, job: JobRequest) -> bool:
         """Return True when adding ``job`` keeps the tenant at or below nominal everywhere."""
         need = demand(job)

@@ -206,11 +206,12 @@ class Admission:
 class Preemption:
     """Stop this running job (checkpoint, back to queued) so that ``by_job_id`` can run.
     ``reclaim`` is True when a cohort peer takes back lent quota, False for a same-tenant
-    priority preemption."""
+    priority preemption. ``by_job_id`` is None only in :func:`~.preemption.over_quota`'s
+    answer, where the job goes because its tenant's quota was lowered below its use."""
 
     job_id: str
     tenant: str
-    by_job_id: str
+    by_job_id: str | None
     reclaim: bool
     reason: str
 

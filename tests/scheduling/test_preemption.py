@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from controlplane.scheduling import Decision, PriorityClass, WaitCode
+from controlplane.scheduling import (
+    Cluster,
+    Decision,
+    PriorityClass,
+    RunningJob,
+    Snapshot,
+    TenantQuota,
+    WaitCode,
+    over_quota,
+)
 
 from .factories import admitted_ids, apply, decide, job, running, tenant
 
@@ -100,3 +109,49 @@ def test_two_jobs_never_preempt_each_other() -> None:
         pending, holding = apply(decision, pending, holding, now)
     assert pairs == [("v", "n")]
     assert decision.waiting["n"].code is WaitCode.COHORT_SLOTS
+
+
+def snapshot(
+    tenants: list[TenantQuota], running_jobs: list[RunningJob], slots: int = 64
+) -> Snapshot:
+    return Snapshot(
+        cluster=Cluster(slots=slots, fabric_bps=100e9),
+        tenants=tenants,
+        pending=[],
+        running=running_jobs,
+    )
+
+
+def test_it_preempts_nothing_to_enforce_quotas_that_are_met() -> None:
+    assert over_quota(snapshot([tenant("vision", slots=8)], [running("a", "vision", 8)])) == ()
+
+
+def test_it_enforces_a_lowered_quota_on_the_lowest_priority_newest_jobs() -> None:
+    jobs = [
+        running("high", "vision", 4, priority=HIGH, started=9),
+        running("low-old", "vision", 2, priority=LOW, started=1),
+        running("low-new", "vision", 2, priority=LOW, started=2),
+    ]
+    taken = over_quota(snapshot([tenant("vision", slots=5)], jobs))
+    assert [p.job_id for p in taken] == ["low-new", "low-old"]
+    assert taken[0].by_job_id is None
+    assert "above its lowered quota" in taken[0].reason
+
+
+def test_it_enforces_a_lowered_limit_on_running_jobs() -> None:
+    jobs = [running(f"j{i}", "vision", started=i) for i in range(3)]
+    taken = over_quota(snapshot([tenant("vision", max_running_jobs=1)], jobs))
+    assert [p.job_id for p in taken] == ["j2", "j1"]
+
+
+def test_it_returns_borrowed_quota_a_cohort_can_no_longer_lend() -> None:
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=2, cohort="lab")]
+    jobs = [running("n", "nlp", 2), running("v1", "vision", 4, started=1)]
+    jobs += [running("v2", "vision", 2, started=2)]
+    assert [p.job_id for p in over_quota(snapshot(tenants, jobs))] == ["v2"]
+
+
+def test_it_sheds_jobs_when_the_cluster_shrinks() -> None:
+    jobs = [running("a", "vision", 4, priority=HIGH), running("b", "nlp", 4, priority=LOW)]
+    taken = over_quota(snapshot([tenant("vision"), tenant("nlp")], jobs, slots=6))
+    assert [p.job_id for p in taken] == ["b"]

@@ -22,6 +22,7 @@ from controlplane.scheduling import (
     TenantQuota,
     WaitCode,
     allocate,
+    over_quota,
     schedule,
 )
 from controlplane.scheduling.admission import queue_order
@@ -30,7 +31,7 @@ from controlplane.scheduling.quota import Ledger
 from .factories import apply
 from .strategies import GBIT, clusters, job_lists, tenant_lists
 
-EXAMPLES = settings(max_examples=150, deadline=None)
+EXAMPLES = settings(max_examples=100, deadline=None)
 TOLERANCE = 1e-6  # bit/s, absolute
 
 
@@ -245,3 +246,13 @@ def test_allocation_is_max_min_fair_among_equal_weights(specs, fabric_halves) ->
             # a has less than b: a is capped, or b sits at its floor above the level
             if not at_most(got[b], got[a]):
                 assert at_most(caps[a], got[a]) or at_most(got[b], floors[b])
+
+
+@EXAMPLES
+@given(clusters, tenant_lists().flatmap(lambda ts: st.tuples(st.just(ts), job_lists(ts, "x", 20))))
+def test_enforcing_lowered_quotas_brings_every_tenant_back_within_quota(cluster, drawn) -> None:  # type: ignore[no-untyped-def]
+    tenants, jobs = drawn
+    holding = [j.started(float(i)) for i, j in enumerate(jobs)]
+    snap = Snapshot(cluster=cluster, tenants=tenants, pending=[], running=holding)
+    gone = {p.job_id for p in over_quota(snap)}
+    assert_within_quota(cluster, tenants, [j for j in holding if j.id not in gone])
