@@ -35,13 +35,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, *, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, *, timeout: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     """Return once 127.0.0.1:port accepts connections; raise RuntimeError on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", port), timeout=0.5),
+        ):
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listening on port {port} after {timeout:.0f} s")
@@ -58,7 +63,11 @@ class Stack:
     ) -> subprocess.Popen[bytes]:
         out = open(log, "ab") if log else None  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            list(argv), env=dict(env), cwd=BASE_DIR, stdout=out, stderr=subprocess.STDOUT if out else None,
+            list(argv),
+            env=dict(env),
+            cwd=BASE_DIR,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
             start_new_session=True,
         )
         self.procs.append((name, proc))
@@ -113,7 +122,16 @@ def ingest_argv() -> list[str]:
 
 
 def asgi_argv(port: int) -> list[str]:
-    return [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "controlplane.asgi:application"]
+    return [
+        PYTHON,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "controlplane.asgi:application",
+    ]
 
 
 def kill_leftover_runs(jobs_dir: Path) -> None:

@@ -120,7 +120,11 @@ CHANNEL_LAYERS = {
 }
 
 # --- Synclane -------------------------------------------------------------------------
+# This node's slots and fabric bandwidth, registered by its Celery worker. Before any worker
+# has registered, the cluster is taken to be this one node.
 SYNCLANE_CLUSTER_SLOTS = env_int("SYNCLANE_CLUSTER_SLOTS", 4)
+SYNCLANE_NODE_FABRIC_MBPS = env_int("SYNCLANE_NODE_FABRIC_MBPS", 1000)
+SYNCLANE_NODE_TIMEOUT_S = env_float("SYNCLANE_NODE_TIMEOUT_S", 30.0)
 SYNCLANE_MAX_WORLD_SIZE = env_int("SYNCLANE_MAX_WORLD_SIZE", 8)
 SYNCLANE_MAX_STEPS = env_int("SYNCLANE_MAX_STEPS", 100_000)
 SYNCLANE_MAX_RESTARTS = env_int("SYNCLANE_MAX_RESTARTS", 2)

@@ -24,8 +24,10 @@ PASSWORD = "correct-horse-battery"
 def private_redis() -> redis_lib.Redis:
     """The suite's own Redis, emptied for this test (never a server we did not start)."""
     if os.environ.get(PRIVATE_REDIS_FLAG) != "1":
-        pytest.fail("run the suite with `make test` (or `python -m controlplane.devstack test ARGS`), "
-                    "which starts the private Redis these tests flush")
+        pytest.fail(
+            "run the suite with `make test` (or `python -m controlplane.devstack test ARGS`), "
+            "which starts the private Redis these tests flush"
+        )
     client = redis_lib.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     client.flushdb()
     return client

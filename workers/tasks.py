@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
 
-from controlplane.jobs.services import jobs_admit
+from controlplane.jobs.scheduler import schedule_pass
+from workers.supervisor.node import start_heartbeat_thread
 from workers.supervisor.reconcile import reconcile_step
 from workers.supervisor.run import supervise
 
@@ -19,8 +21,8 @@ RUN_TIME_LIMIT_S = 7 * 24 * 3600
 
 @shared_task(name="workers.tasks.schedule_tick")
 def schedule_tick() -> int:
-    """One admission pass; returns how many jobs it admitted."""
-    return len(jobs_admit())
+    """One scheduling pass; returns how many jobs it admitted."""
+    return len(schedule_pass().admitted)
 
 
 @shared_task(
@@ -38,7 +40,17 @@ def reconcile() -> int:
     return reconcile_step()
 
 
+_node_beat_stop = threading.Event()
+
+
 @worker_ready.connect
-def _reconcile_on_start(**_: object) -> None:
+def _on_worker_ready(**_: object) -> None:
+    # This host's slots count once its worker is up, and for as long as it beats.
+    start_heartbeat_thread(_node_beat_stop)
     # A worker that (re)starts settles what a previous worker left behind.
     reconcile.delay()
+
+
+@worker_shutting_down.connect
+def _on_worker_shutdown(**_: object) -> None:
+    _node_beat_stop.set()

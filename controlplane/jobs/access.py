@@ -7,6 +7,7 @@ from django.http import Http404
 
 from controlplane.jobs.models import Job
 from controlplane.tenancy.access import AnyUser, acting_tenants_for, tenants_for
+from controlplane.tenancy.models import Role
 
 
 def jobs_for(user: AnyUser) -> QuerySet[Job]:
@@ -30,5 +31,19 @@ def get_actable_job_for(user: AnyUser, job_id: int) -> Job:
     """
     try:
         return Job.objects.filter(tenant__in=acting_tenants_for(user)).get(pk=job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job") from None
+
+
+def get_tenant_admin_job_for(user: AnyUser, job_id: int) -> Job:
+    """Return the job if the user is a tenant admin of its tenant (or a site admin); else 404."""
+    if getattr(user, "is_superuser", False):
+        jobs = Job.objects.all()
+    else:
+        jobs = Job.objects.filter(
+            tenant__memberships__user=user, tenant__memberships__role=Role.TENANT_ADMIN
+        )
+    try:
+        return jobs.get(pk=job_id)
     except Job.DoesNotExist:
         raise Http404("No such job") from None

@@ -9,9 +9,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.jobs.access import get_actable_job_for, get_job_for, jobs_for
+from controlplane.jobs.access import (
+    get_actable_job_for,
+    get_job_for,
+    get_tenant_admin_job_for,
+    jobs_for,
+)
+from controlplane.jobs.choices import PriorityClass
 from controlplane.jobs.models import Job
-from controlplane.jobs.services import job_cancel, job_submit, queue_position
+from controlplane.jobs.services import job_cancel, job_set_priority, job_submit, queue_position
 from controlplane.jobs.spec import JobSpec, SpecError
 from controlplane.tenancy.access import acting_tenants_for
 
@@ -38,6 +44,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "hyperparameters",
             "status",
             "status_reason",
+            "wait_code",
             "queue_position",
             "created_at",
             "admitted_at",
@@ -51,6 +58,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "checkpoint_step",
             "last_step",
             "cancel_requested",
+            "preempt_requested",
         ]
         read_only_fields = fields
 
@@ -72,7 +80,9 @@ class JobListCreate(APIView):
         tenant = acting_tenants_for(request.user).filter(slug=slug).first() if slug else None
         errors: dict[str, list[str]] = {}
         if tenant is None:
-            errors["tenant"] = ["is required" if not slug else f"no tenant {slug!r} you can submit to"]
+            errors["tenant"] = [
+                "is required" if not slug else f"no tenant {slug!r} you can submit to"
+            ]
         try:
             spec = JobSpec.from_input(data if hasattr(data, "get") else {})
         except SpecError as exc:
@@ -94,3 +104,17 @@ class JobCancel(APIView):
         return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
+class JobPriority(APIView):
+    """POST {"priority": "high"}: tenant admins (and site admins) change a job's priority."""
+
+    def post(self, request: Request, job_id: int) -> Response:
+        job = get_tenant_admin_job_for(request.user, job_id)
+        name = request.data.get("priority") if hasattr(request.data, "get") else None
+        priority = PriorityClass.from_name(str(name)) if name is not None else None
+        if priority is None:
+            names = ", ".join(str(c.label) for c in PriorityClass)
+            return Response(
+                {"priority": [f"must be one of {names}"]}, status=status.HTTP_400_BAD_REQUEST
+            )
+        job = job_set_priority(job=job, priority=priority.value, actor=request.user)
+        return Response(JobSerializer(job).data)

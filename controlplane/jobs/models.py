@@ -78,6 +78,10 @@ class Job(models.Model):
     last_step = models.PositiveIntegerField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # Set by a scheduling pass that chose this job as a victim; the supervisor checkpoints
+    # the run, and the job goes back to the queue (resuming from its checkpoint later).
+    preempt_requested = models.BooleanField(default=False)
+    wait_code = models.CharField(max_length=30, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -109,6 +113,18 @@ class Job(models.Model):
         if not self.last_step or not self.steps:
             return 0.0
         return min(1.0, self.last_step / self.steps)
+
+
+class Node(models.Model):
+    """A worker host: its slots and fabric bandwidth count while it is seen alive."""
+
+    name = models.CharField(max_length=200, unique=True)
+    slots = models.PositiveIntegerField()
+    fabric_mbps = models.PositiveIntegerField()
+    last_seen = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.slots} slots)"
 
 
 class JobEvent(models.Model):

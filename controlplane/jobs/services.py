@@ -7,16 +7,14 @@ effects (Celery enqueues, websocket messages) on commit.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.jobs import state
-from controlplane.jobs.choices import ACTIVE, TERMINAL, WAITING, JobStatus
+from controlplane.jobs.choices import ACTIVE, TERMINAL, WAITING, JobStatus, PriorityClass
 from controlplane.jobs.models import Job, Queue
 from controlplane.jobs.spec import JobSpec
 from controlplane.tenancy.models import Tenant
@@ -62,6 +60,25 @@ def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AbstractBaseUser | None)
     return job
 
 
+def job_set_priority(*, job: Job, priority: int, actor: AbstractBaseUser | None) -> Job:
+    """Change a job's priority class and request a scheduling pass (allocations follow).
+
+    Raises ValueError for a value that is not a priority class. Returns the job refreshed.
+    """
+    if priority not in PriorityClass.values:
+        raise ValueError(f"{priority!r} is not a priority class")
+    with transaction.atomic():
+        job.refresh_from_db()
+        if job.is_terminal or job.priority == priority:
+            return job
+        old = job.priority_name
+        Job.objects.filter(pk=job.pk).update(priority=priority)
+        job.refresh_from_db()
+        state.note(job, f"priority {old} → {job.priority_name}", actor=actor)
+        request_schedule()
+    return job
+
+
 def job_cancel(*, job: Job, actor: AbstractBaseUser | None) -> Job:
     """Cancel ``job``: at once if it holds no process, else ask its supervisor.
 
@@ -81,70 +98,6 @@ def job_cancel(*, job: Job, actor: AbstractBaseUser | None) -> Job:
         state.note(job, "cancel requested", actor=actor)
         job.refresh_from_db()
     return job
-
-
-@dataclass(frozen=True)
-class Usage:
-    slots: int
-    jobs: int
-
-
-def tenant_usage(tenant: Tenant) -> Usage:
-    """Slots and job count the tenant's active jobs hold now."""
-    active = Job.objects.filter(tenant=tenant, status__in=ACTIVE)
-    return Usage(slots=active.aggregate(n=Sum("world_size"))["n"] or 0, jobs=active.count())
-
-
-def cluster_slots_used() -> int:
-    return Job.objects.filter(status__in=ACTIVE).aggregate(n=Sum("world_size"))["n"] or 0
-
-
-def jobs_admit() -> list[Job]:
-    """Admit queued jobs FIFO (priority, then submit time) within slot quotas.
-
-    A tenant's queue is StrictFIFO: a head that does not fit blocks the jobs behind it.
-    Returns the jobs admitted; each gets a launch task enqueued on commit. Waiting jobs
-    get a readable reason.
-    """
-    admitted: list[Job] = []
-    with transaction.atomic():
-        # Serialise admission passes: lock the tenant rows (SQLite locks the whole file).
-        tenants = {t.pk: t for t in Tenant.objects.select_for_update().order_by("pk")}
-        free_cluster = settings.SYNCLANE_CLUSTER_SLOTS - cluster_slots_used()
-        usage = {pk: tenant_usage(t) for pk, t in tenants.items()}
-        blocked: set[int] = set()
-        waiting = Job.objects.filter(status=JobStatus.QUEUED).order_by("-priority", "created_at")
-        for job in waiting:
-            tenant = tenants[job.tenant_id]
-            reason = _why_not(job, tenant, usage[tenant.pk], free_cluster, blocked)
-            if reason:
-                blocked.add(tenant.pk)
-                if job.status_reason != reason:
-                    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-                        status_reason=reason
-                    )
-                continue
-            state.transition(job, JobStatus.ADMITTED, reason="admitted")
-            usage[tenant.pk] = Usage(usage[tenant.pk].slots + job.world_size, usage[tenant.pk].jobs + 1)
-            free_cluster -= job.world_size
-            _enqueue_on_commit("workers.tasks.launch_job", job.pk)
-            admitted.append(job)
-    return admitted
-
-
-def _why_not(job: Job, tenant: Tenant, usage: Usage, free_cluster: int, blocked: set[int]) -> str:
-    """Return why ``job`` cannot be admitted now, or "" if it can."""
-    if tenant.pk in blocked:
-        return f"waiting: behind an earlier job of tenant {tenant.slug}"
-    if job.world_size > tenant.slot_quota:
-        return f"waiting: needs {job.world_size} slots, tenant {tenant.slug} quota is {tenant.slot_quota}"
-    if usage.slots + job.world_size > tenant.slot_quota:
-        return f"waiting: tenant {tenant.slug} at {usage.slots}/{tenant.slot_quota} slots"
-    if usage.jobs >= tenant.max_running_jobs:
-        return f"waiting: tenant {tenant.slug} at {usage.jobs}/{tenant.max_running_jobs} running jobs"
-    if job.world_size > free_cluster:
-        return f"waiting: cluster has {max(free_cluster, 0)} free slots, needs {job.world_size}"
-    return ""
 
 
 def queue_position(job: Job) -> int | None:

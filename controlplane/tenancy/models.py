@@ -19,9 +19,11 @@ class Tenant(models.Model):
     fair_share_weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
     # Optional cohort: tenants of one cohort lend idle quota to each other.
     cohort = models.CharField(max_length=50, blank=True, default="")
-    slot_borrowing_limit = models.PositiveIntegerField(default=0)
+    # Limits: empty means "no limit" (borrow or lend whatever the cohort allows); a tenant
+    # without a cohort neither borrows nor lends.
+    slot_borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     slot_lending_limit = models.PositiveIntegerField(null=True, blank=True)
-    bandwidth_borrowing_limit_mbps = models.PositiveIntegerField(default=0)
+    bandwidth_borrowing_limit_mbps = models.PositiveIntegerField(null=True, blank=True)
     bandwidth_lending_limit_mbps = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -29,7 +29,9 @@ class Live:
     port: int
     jobs_dir: Path
 
-    def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, token: str | None = None
+    ) -> tuple[int, Any]:
         """Call the live server's API; return (status, decoded JSON body)."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method)
@@ -43,11 +45,15 @@ class Live:
             return err.code, json.loads(err.read() or b"null")
 
     def token(self, username: str, password: str) -> str:
-        status, body = self.request("POST", "/api/v1/auth/token/", {"username": username, "password": password})
+        status, body = self.request(
+            "POST", "/api/v1/auth/token/", {"username": username, "password": password}
+        )
         assert status == 200, body
         return str(body["token"])
 
-    def wait_for_job(self, job_id: int, token: str, statuses: set[str], timeout: float = 180) -> dict[str, Any]:
+    def wait_for_job(
+        self, job_id: int, token: str, statuses: set[str], timeout: float = 180
+    ) -> dict[str, Any]:
         """Poll the API until the job reaches one of ``statuses``; return it."""
         deadline = time.monotonic() + timeout
         body: dict[str, Any] = {}
@@ -94,7 +100,9 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory) -> Live:
     port = devstack.free_port()
     stack = devstack.Stack()
     with devstack.stopping(stack, jobs_dir):
-        stack.start("worker", devstack.worker_argv(4, log_dir), env=env, log=log_dir / "test-worker.log")
+        stack.start(
+            "worker", devstack.worker_argv(4, log_dir), env=env, log=log_dir / "test-worker.log"
+        )
         stack.start("ingest", devstack.ingest_argv(), env=env, log=log_dir / "test-ingest.log")
         asgi = stack.start("asgi", devstack.asgi_argv(port), env=env, log=log_dir / "test-asgi.log")
         devstack.wait_for_port(port, timeout=60, proc=asgi)

@@ -46,9 +46,15 @@ class SocketListener(threading.Thread):
                 self.connected.set()
                 deadline = time.monotonic() + 180
                 while time.monotonic() < deadline:
-                    msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=deadline - time.monotonic()))
+                    msg = json.loads(
+                        await asyncio.wait_for(ws.recv(), timeout=deadline - time.monotonic())
+                    )
                     self.messages.append(msg)
-                    if msg["type"] == "status" and msg["status"] in {"succeeded", "failed", "cancelled"}:
+                    if msg["type"] == "status" and msg["status"] in {
+                        "succeeded",
+                        "failed",
+                        "cancelled",
+                    }:
                         return
         except websockets.ConnectionClosed as closed:
             self.close_code = closed.rcvd.code if closed.rcvd else None
@@ -59,7 +65,14 @@ class SocketListener(threading.Thread):
 
 
 def submit(live, token: str, **overrides) -> dict:
-    body = {"tenant": "vision", "name": "it", "workload": "tiny_gpt", "world_size": 2, "steps": 30, "sync": "full"}
+    body = {
+        "tenant": "vision",
+        "name": "it",
+        "workload": "tiny_gpt",
+        "world_size": 2,
+        "steps": 30,
+        "sync": "full",
+    }
     status, job = live.request("POST", "/api/v1/jobs/", {**body, **overrides}, token=token)
     assert status == 201, job
     return job
@@ -79,7 +92,9 @@ def test_a_submitted_job_runs_to_success_with_live_metrics(live, alice):
     assert done["exit_code"] == 0 and done["last_step"] == 30
     metrics = [m for m in listener.messages if m["type"] == "metrics"]
     assert metrics, f"no metrics on the websocket: {listener.messages[:5]}"
-    assert {"step", "loss", "samples_per_s", "tokens_per_s", "step_time_s"} <= set(metrics[-1]["data"])
+    assert {"step", "loss", "samples_per_s", "tokens_per_s", "step_time_s"} <= set(
+        metrics[-1]["data"]
+    )
     statuses = [m["status"] for m in listener.messages if m["type"] == "status"]
     assert statuses[-1] == "succeeded" and "running" in statuses
     assert MetricSample.objects.filter(job_id=job["id"]).count() >= 2

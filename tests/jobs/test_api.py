@@ -56,7 +56,9 @@ def test_submitting_creates_a_queued_job_with_an_event(api, alice, spec_input):
 
 
 def test_bad_input_is_a_400_naming_each_field_and_writes_nothing(api, alice):
-    response = submit(login(api, alice), tenant="vision", name="x", workload="tiny_gpt", world_size=0)
+    response = submit(
+        login(api, alice), tenant="vision", name="x", workload="tiny_gpt", world_size=0
+    )
     assert response.status_code == 400
     assert set(response.json()) == {"world_size", "steps"}
     assert Job.objects.count() == 0

@@ -12,7 +12,9 @@ from controlplane.tenancy.access import acting_tenants_for, get_tenant_for, tena
 @pytest.fixture
 def vision_job(vision, alice):
     return job_submit(
-        tenant=vision, spec=JobSpec(name="v", workload="tiny_gpt", world_size=1, steps=1), actor=alice
+        tenant=vision,
+        spec=JobSpec(name="v", workload="tiny_gpt", world_size=1, steps=1),
+        actor=alice,
     )
 
 

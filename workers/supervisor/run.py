@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from controlplane.jobs import state
-from controlplane.jobs.choices import JobStatus
+from controlplane.jobs.choices import ACTIVE, JobStatus
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_heartbeat, request_schedule
 from workers.runtime import protocol
@@ -70,7 +70,9 @@ def worker_exit_reason(run_dir: Path) -> str | None:
         info = json.loads((run_dir / protocol.EXIT_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return f"{info.get('reason', 'stopped')} (rank exit {info.get('code')}, step {info.get('step')})"
+    return (
+        f"{info.get('reason', 'stopped')} (rank exit {info.get('code')}, step {info.get('step')})"
+    )
 
 
 def supervise(job_id: int) -> Outcome | None:
@@ -83,16 +85,23 @@ def supervise(job_id: int) -> Outcome | None:
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.status != JobStatus.ADMITTED:
         return None
+    _wait_for_victims(job)
     spec = launch_spec_for(job)
     argv, env = build_command(spec), build_env(spec, os.environ)
-    placement = {"node": socket.gethostname(), "ranks": job.world_size}
+    placement = {
+        "node": socket.gethostname(),
+        "ranks": job.world_size,
+        "resumed_from": latest_checkpoint_step(job.run_dir),
+    }
     reason = "started"
     expected = JobStatus.ADMITTED
     while True:
         (spec.run_dir / protocol.EXIT_FILE).unlink(missing_ok=True)
         proc = process.spawn(argv, env=env, run_dir=spec.run_dir)
         placement["pgid"] = proc.pid
-        job = state.transition(job, JobStatus.RUNNING, reason=reason, expected=expected, placement=placement)
+        job = state.transition(
+            job, JobStatus.RUNNING, reason=reason, expected=expected, placement=placement
+        )
         outcome = _watch(job, proc)
         process.reap(spec.run_dir)
         job.refresh_from_db()
@@ -109,6 +118,9 @@ def supervise(job_id: int) -> Outcome | None:
             reason = f"restarted (attempt {job.restarts}) from step {checkpoint or 0}"
             expected = JobStatus.RESTARTING
             continue
+        if outcome.status == JobStatus.PREEMPTED:
+            _requeue(job, outcome, checkpoint)
+            return outcome
         final = JobStatus.FAILED if outcome.status == JobStatus.RESTARTING else outcome.status
         state.transition(
             job,
@@ -120,6 +132,37 @@ def supervise(job_id: int) -> Outcome | None:
         )
         request_schedule()  # slots were freed
         return Outcome(final, outcome.exit_code, outcome.reason)
+
+
+def _requeue(job: Job, outcome: Outcome, checkpoint: int | None) -> None:
+    """running -> preempted -> queued, keeping the checkpoint to resume from."""
+    job = state.transition(
+        job,
+        JobStatus.PREEMPTED,
+        reason=f"preempted; checkpoint at step {checkpoint or 0}",
+        exit_code=outcome.exit_code,
+        checkpoint_step=checkpoint,
+        preempt_requested=False,
+        allocation_mbps=None,
+    )
+    state.transition(job, JobStatus.QUEUED, reason=f"requeued; resumes from step {checkpoint or 0}")
+    request_schedule()
+
+
+def _wait_for_victims(job: Job) -> None:
+    """Hold the launch until the jobs this admission preempts have released their slots.
+
+    Bounded: a victim that does not stop within its grace period (plus slack) is not
+    allowed to block the admitted job forever.
+    """
+    victims = job.placement.get("waits_for") or []
+    deadline = time.monotonic() + settings.SYNCLANE_CANCEL_GRACE_S + 30
+    while victims and time.monotonic() < deadline:
+        if not Job.objects.filter(pk__in=victims, status__in=ACTIVE).exists():
+            return
+        time.sleep(POLL_S)
+    if victims:
+        log.warning("job %s: launching although victims %s still hold slots", job.pk, victims)
 
 
 def _watch(job: Job, proc: subprocess.Popen[bytes]) -> Outcome:
@@ -137,7 +180,16 @@ def _watch(job: Job, proc: subprocess.Popen[bytes]) -> Outcome:
             next_beat = now + settings.SYNCLANE_HEARTBEAT_S
             close_old_connections()
             job_heartbeat(job_id=job.pk)
-            if Job.objects.filter(pk=job.pk, cancel_requested=True).exists():
+            flags = (
+                Job.objects.filter(pk=job.pk)
+                .values("cancel_requested", "preempt_requested")
+                .first()
+            )
+            if flags and flags["cancel_requested"]:
                 code = process.terminate_group(proc, grace_s=settings.SYNCLANE_CANCEL_GRACE_S)
                 return Outcome(JobStatus.CANCELLED, code, "cancelled by user")
+            if flags and flags["preempt_requested"]:
+                # SIGTERM: the workload writes a checkpoint and exits; it resumes from it later.
+                code = process.terminate_group(proc, grace_s=settings.SYNCLANE_CANCEL_GRACE_S)
+                return Outcome(JobStatus.PREEMPTED, code, "preempted")
         time.sleep(POLL_S)

@@ -6,86 +6,222 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenancy', '0001_initial'),
+        ("tenancy", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('workload', models.CharField(choices=[('tiny_gpt', 'Tiny GPT (character level)')], max_length=30)),
-                ('world_size', models.PositiveIntegerField()),
-                ('steps', models.PositiveIntegerField()),
-                ('sync', models.CharField(choices=[('full', 'Full (plain DDP all-reduce)'), ('adaptive', 'Adaptive selective sync'), ('powersgd', 'PowerSGD compression'), ('localsgd', 'Local SGD with periodic averaging')], max_length=20)),
-                ('priority', models.PositiveSmallIntegerField(choices=[(100, 'low'), (200, 'normal'), (300, 'high'), (400, 'critical')], default=200)),
-                ('deadline', models.DateTimeField(blank=True, null=True)),
-                ('bandwidth_floor_mbps', models.PositiveIntegerField(default=0)),
-                ('bandwidth_ceiling_mbps', models.PositiveIntegerField(blank=True, null=True)),
-                ('hyperparameters', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('admitted', 'Admitted'), ('running', 'Running'), ('restarting', 'Restarting'), ('preempted', 'Preempted'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=20)),
-                ('status_reason', models.CharField(blank=True, default='', max_length=300)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('admitted_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('placement', models.JSONField(blank=True, default=dict)),
-                ('allocation_mbps', models.FloatField(blank=True, null=True)),
-                ('restarts', models.PositiveIntegerField(default=0)),
-                ('exit_code', models.IntegerField(blank=True, null=True)),
-                ('exit_reason', models.CharField(blank=True, default='', max_length=300)),
-                ('checkpoint_step', models.PositiveIntegerField(blank=True, null=True)),
-                ('last_step', models.PositiveIntegerField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('submitted_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='tenancy.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "workload",
+                    models.CharField(
+                        choices=[("tiny_gpt", "Tiny GPT (character level)")], max_length=30
+                    ),
+                ),
+                ("world_size", models.PositiveIntegerField()),
+                ("steps", models.PositiveIntegerField()),
+                (
+                    "sync",
+                    models.CharField(
+                        choices=[
+                            ("full", "Full (plain DDP all-reduce)"),
+                            ("adaptive", "Adaptive selective sync"),
+                            ("powersgd", "PowerSGD compression"),
+                            ("localsgd", "Local SGD with periodic averaging"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "priority",
+                    models.PositiveSmallIntegerField(
+                        choices=[(100, "low"), (200, "normal"), (300, "high"), (400, "critical")],
+                        default=200,
+                    ),
+                ),
+                ("deadline", models.DateTimeField(blank=True, null=True)),
+                ("bandwidth_floor_mbps", models.PositiveIntegerField(default=0)),
+                ("bandwidth_ceiling_mbps", models.PositiveIntegerField(blank=True, null=True)),
+                ("hyperparameters", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("admitted", "Admitted"),
+                            ("running", "Running"),
+                            ("restarting", "Restarting"),
+                            ("preempted", "Preempted"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=20,
+                    ),
+                ),
+                ("status_reason", models.CharField(blank=True, default="", max_length=300)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("admitted_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("placement", models.JSONField(blank=True, default=dict)),
+                ("allocation_mbps", models.FloatField(blank=True, null=True)),
+                ("restarts", models.PositiveIntegerField(default=0)),
+                ("exit_code", models.IntegerField(blank=True, null=True)),
+                ("exit_reason", models.CharField(blank=True, default="", max_length=300)),
+                ("checkpoint_step", models.PositiveIntegerField(blank=True, null=True)),
+                ("last_step", models.PositiveIntegerField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                (
+                    "submitted_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="tenancy.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='JobEvent',
+            name="JobEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('from_status', models.CharField(blank=True, choices=[('queued', 'Queued'), ('admitted', 'Admitted'), ('running', 'Running'), ('restarting', 'Restarting'), ('preempted', 'Preempted'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], max_length=20)),
-                ('to_status', models.CharField(choices=[('queued', 'Queued'), ('admitted', 'Admitted'), ('running', 'Running'), ('restarting', 'Restarting'), ('preempted', 'Preempted'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], max_length=20)),
-                ('reason', models.CharField(blank=True, default='', max_length=300)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "from_status",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("queued", "Queued"),
+                            ("admitted", "Admitted"),
+                            ("running", "Running"),
+                            ("restarting", "Restarting"),
+                            ("preempted", "Preempted"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "to_status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("admitted", "Admitted"),
+                            ("running", "Running"),
+                            ("restarting", "Restarting"),
+                            ("preempted", "Preempted"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("reason", models.CharField(blank=True, default="", max_length=300)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Queue',
+            name="Queue",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(default='default')),
-                ('policy', models.CharField(choices=[('strict_fifo', 'StrictFIFO: a head that does not fit blocks the rest'), ('best_effort_fifo', 'BestEffortFIFO: later jobs that fit may pass')], default='strict_fifo', max_length=20)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='queues', to='tenancy.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(default="default")),
+                (
+                    "policy",
+                    models.CharField(
+                        choices=[
+                            ("strict_fifo", "StrictFIFO: a head that does not fit blocks the rest"),
+                            ("best_effort_fifo", "BestEffortFIFO: later jobs that fit may pass"),
+                        ],
+                        default="strict_fifo",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="queues",
+                        to="tenancy.tenant",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='job',
-            name='queue',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='jobs.queue'),
+            model_name="job",
+            name="queue",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="jobs", to="jobs.queue"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queue',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name'), name='one_queue_name_per_tenant'),
+            model_name="queue",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "name"), name="one_queue_name_per_tenant"
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['tenant', 'status'], name='jobs_job_tenant__b114ab_idx'),
+            model_name="job",
+            index=models.Index(fields=["tenant", "status"], name="jobs_job_tenant__b114ab_idx"),
         ),
     ]

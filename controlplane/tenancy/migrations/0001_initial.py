@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,36 +15,83 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(unique=True)),
-                ('name', models.CharField(max_length=100)),
-                ('slot_quota', models.PositiveIntegerField(default=4)),
-                ('bandwidth_quota_mbps', models.PositiveIntegerField(default=1000)),
-                ('max_running_jobs', models.PositiveIntegerField(default=4)),
-                ('fair_share_weight', models.FloatField(default=1.0, validators=[django.core.validators.MinValueValidator(0.01)])),
-                ('cohort', models.CharField(blank=True, default='', max_length=50)),
-                ('slot_borrowing_limit', models.PositiveIntegerField(default=0)),
-                ('slot_lending_limit', models.PositiveIntegerField(blank=True, null=True)),
-                ('bandwidth_borrowing_limit_mbps', models.PositiveIntegerField(default=0)),
-                ('bandwidth_lending_limit_mbps', models.PositiveIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(unique=True)),
+                ("name", models.CharField(max_length=100)),
+                ("slot_quota", models.PositiveIntegerField(default=4)),
+                ("bandwidth_quota_mbps", models.PositiveIntegerField(default=1000)),
+                ("max_running_jobs", models.PositiveIntegerField(default=4)),
+                (
+                    "fair_share_weight",
+                    models.FloatField(
+                        default=1.0, validators=[django.core.validators.MinValueValidator(0.01)]
+                    ),
+                ),
+                ("cohort", models.CharField(blank=True, default="", max_length=50)),
+                ("slot_borrowing_limit", models.PositiveIntegerField(default=0)),
+                ("slot_lending_limit", models.PositiveIntegerField(blank=True, null=True)),
+                ("bandwidth_borrowing_limit_mbps", models.PositiveIntegerField(default=0)),
+                (
+                    "bandwidth_lending_limit_mbps",
+                    models.PositiveIntegerField(blank=True, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('member', 'Member'), ('tenant_admin', 'Tenant admin')], default='member', max_length=20)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='tenancy.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("viewer", "Viewer"),
+                            ("member", "Member"),
+                            ("tenant_admin", "Tenant admin"),
+                        ],
+                        default="member",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="tenancy.tenant",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'tenant'), name='one_membership_per_tenant')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "tenant"), name="one_membership_per_tenant"
+                    )
+                ],
             },
         ),
     ]

@@ -43,7 +43,11 @@ class Command(BaseCommand):
         for username, superuser, tenant, role in USERS:
             user, created = User.objects.get_or_create(
                 username=username,
-                defaults={"is_superuser": superuser, "is_staff": superuser, "email": f"{username}@example.com"},
+                defaults={
+                    "is_superuser": superuser,
+                    "is_staff": superuser,
+                    "email": f"{username}@example.com",
+                },
             )
             if created:
                 user.set_password(password)

@@ -1,0 +1,155 @@
+"""One scheduling pass applied to the database (the decisions come from the pure core)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.jobs.choices import PriorityClass
+from controlplane.jobs.models import Job, Node
+from controlplane.jobs.scheduler import schedule_pass
+from controlplane.jobs.services import job_set_priority, job_submit, queue_position
+from controlplane.jobs.spec import JobSpec
+from workers.runtime import protocol
+
+
+def submit(
+    tenant, actor, *, ranks: int, priority: int = PriorityClass.NORMAL, name: str = "j", **extra
+) -> Job:
+    spec = JobSpec(
+        name=name, workload="tiny_gpt", world_size=ranks, steps=5, priority=priority, **extra
+    )
+    return job_submit(tenant=tenant, spec=spec, actor=actor)
+
+
+def fresh(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def statuses(*jobs: Job) -> list[str]:
+    return [fresh(j).status for j in jobs]
+
+
+def test_it_admits_jobs_that_fit_the_tenant_quota(vision, alice):
+    a, b = submit(vision, alice, ranks=2), submit(vision, alice, ranks=2)
+    assert set(schedule_pass().admitted) == {a.pk, b.pk}
+    assert statuses(a, b) == ["admitted", "admitted"]
+    assert fresh(a).status_reason.startswith("admitted")
+
+
+def test_it_rejects_a_job_over_the_tenant_quota_with_a_reason_and_position(vision, alice):
+    first, second = submit(vision, alice, ranks=3), submit(vision, alice, ranks=2)
+    schedule_pass()
+    assert statuses(first, second) == ["admitted", "queued"]
+    waiting = fresh(second)
+    assert waiting.wait_code == "tenant_slots"
+    assert waiting.status_reason == "waiting: tenant vision at 3/4 slots, needs 2; position 1 of 1"
+
+
+def test_higher_priority_is_admitted_first(vision, alice):
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    high = submit(vision, alice, ranks=4, priority=PriorityClass.HIGH)
+    schedule_pass()
+    assert statuses(low, high) == ["queued", "admitted"]
+
+
+def test_a_critical_job_asks_a_running_low_job_of_its_tenant_to_stop(vision, alice):
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    Job.objects.filter(pk=low.pk).update(status="running")
+    critical = submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+
+    result = schedule_pass()
+
+    assert result.preempted == [low.pk] and result.admitted == [critical.pk]
+    assert fresh(low).preempt_requested and fresh(low).status == "running"
+    # The admitted job's launch waits for its victim to release the slots.
+    assert fresh(critical).placement == {"waits_for": [low.pk]}
+    assert fresh(low).events.filter(reason__startswith="preemption requested").exists()
+
+
+def test_a_job_asked_to_stop_is_not_preempted_twice(vision, alice):
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    Job.objects.filter(pk=low.pk).update(status="running")
+    submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+    schedule_pass()
+    assert schedule_pass().preempted == []
+
+
+def test_one_tenants_full_quota_does_not_block_another(vision, speech, alice, bob, settings):
+    settings.SYNCLANE_CLUSTER_SLOTS = 8
+    submit(vision, alice, ranks=4)
+    schedule_pass()
+    waiting = submit(vision, alice, ranks=1)
+    other = submit(speech, bob, ranks=2)
+    schedule_pass()
+    assert statuses(waiting, other) == ["queued", "admitted"]
+
+
+def test_capacity_comes_from_live_nodes_once_a_node_registered(vision, alice):
+    from django.utils import timezone
+
+    Node.objects.create(name="n1", slots=2, fabric_mbps=1000, last_seen=timezone.now())
+    job = submit(vision, alice, ranks=3)
+    schedule_pass()
+    assert fresh(job).wait_code == "too_large"
+
+
+def test_allocations_are_written_to_jobs_and_to_redis(
+    private_redis, vision, alice, django_capture_on_commit_callbacks
+):
+    job = submit(vision, alice, ranks=2, bandwidth_floor_mbps=100, bandwidth_ceiling_mbps=400)
+    with django_capture_on_commit_callbacks(execute=True):
+        result = schedule_pass()
+    assert result.allocations[job.pk] == pytest.approx(400.0)
+    assert fresh(job).allocation_mbps == pytest.approx(400.0)
+    assert private_redis.get(protocol.allocation_key(job.pk)) == str(400_000_000)
+
+
+def test_a_job_that_ends_releases_its_allocation(
+    private_redis, vision, alice, django_capture_on_commit_callbacks
+):
+    job = submit(vision, alice, ranks=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_pass()
+    Job.objects.filter(pk=job.pk).update(status="succeeded")
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_pass()
+    assert fresh(job).allocation_mbps is None
+    assert private_redis.get(protocol.allocation_key(job.pk)) is None
+
+
+def test_higher_priority_gets_more_bandwidth_on_a_shared_fabric(vision, alice, settings):
+    settings.SYNCLANE_NODE_FABRIC_MBPS = 300
+    vision.bandwidth_quota_mbps = 300
+    vision.save()
+    low = submit(vision, alice, ranks=1, priority=PriorityClass.LOW)
+    high = submit(vision, alice, ranks=1, priority=PriorityClass.HIGH)
+    alloc = schedule_pass().allocations
+    assert alloc[low.pk] + alloc[high.pk] == pytest.approx(300)
+    assert alloc[high.pk] == pytest.approx(3 * alloc[low.pk])
+
+
+def test_changing_priority_is_recorded(vision, alice):
+    job = submit(vision, alice, ranks=1)
+    job_set_priority(job=job, priority=PriorityClass.HIGH, actor=alice)
+    assert fresh(job).priority_name == "high"
+    assert fresh(job).events.filter(reason="priority normal → high", actor=alice).exists()
+    with pytest.raises(ValueError):
+        job_set_priority(job=job, priority=7, actor=alice)
+
+
+def test_queue_position_counts_jobs_ahead_by_priority_then_time(vision, alice):
+    vision.slot_quota = 0
+    vision.save()
+    first = submit(vision, alice, ranks=1)
+    second = submit(vision, alice, ranks=1)
+    urgent = submit(vision, alice, ranks=1, priority=PriorityClass.CRITICAL)
+    assert [queue_position(j) for j in (urgent, first, second)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("status", ["running", "cancelled"])
+def test_only_queued_jobs_have_a_position(vision, alice, status):
+    job = submit(vision, alice, ranks=1)
+    Job.objects.filter(pk=job.pk).update(status=status)
+    assert queue_position(fresh(job)) is None
