@@ -1,6 +1,13 @@
-"""Websocket consumers: authenticate, check tenancy, join a group, forward.
+"""Websocket consumers: authenticate, check tenancy, join groups, forward.
 
-They never write to the database.
+    ws/jobs/<id>/        a job's status, metrics, link, alarm, allocation messages
+    ws/tenants/<slug>/   a tenant's status, alarm, allocation and per-job metrics summaries
+    ws/cluster/          everything cluster-wide; members only get their own tenants' share
+    ws/alarms/           alarms (and acknowledgements) of every tenant the user belongs to
+
+They never write to the database. Access is checked on connect and again whenever the
+user's memberships change (``signals.ACCESS_CHANGED`` on the user's own group): a socket
+that lost its right to listen is closed with 4404, like one that never had it.
 """
 
 from __future__ import annotations
@@ -11,21 +18,34 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.jobs.access import jobs_for
-from controlplane.jobs.models import Job
 from controlplane.jobs.state import status_message
-from controlplane.telemetry.groups import job_group
+from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group, user_group
+from controlplane.tenancy.access import tenants_for
 
 # Close codes (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-class JobConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """``ws/jobs/<id>/``: a job's ``status`` and ``metrics`` (and later ``link``, ``alarm``)."""
+class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    """Base: subclasses say which groups a user may join (``resolve``) and what to forward."""
 
-    group: str | None = None
+    groups_joined: list[str]
+
+    async def resolve(self, user: Any) -> list[str] | None:
+        """Return the groups ``user`` may join here, or None when the object is not theirs."""
+        raise NotImplementedError
+
+    async def greeting(self) -> list[dict[str, Any]]:
+        """Messages sent right after accepting (e.g. the current status)."""
+        return []
+
+    def allows(self, payload: dict[str, Any]) -> bool:
+        """Return True if this socket forwards ``payload`` (all, unless narrowed)."""
+        return True
 
     async def connect(self) -> None:
+        self.groups_joined = []
         # Refusals accept first, then close with a code the page can act on (a refused
         # handshake would only show the browser a bare 403).
         user = self.scope.get("user")
@@ -33,29 +53,112 @@ class JobConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        job = await _visible_job(user, int(self.scope["url_route"]["kwargs"]["job_id"]))
-        if job is None:
+        groups = await self.resolve(user)
+        if groups is None:
             # Same answer for "missing" and "another tenant's": existence is not confirmed.
             await self.accept()
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = job_group(job.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._join([*groups, user_group(user.pk)])
         await self.accept()
-        await self.send_json(status_message(job))
+        for message in await self.greeting():
+            await self.send_json(message)
 
     async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self._join([])
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # The socket is one-way (server -> browser); anything sent is ignored.
         return None
 
     async def forward(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["payload"])
+        if self.allows(event["payload"]):
+            await self.send_json(event["payload"])
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        """The user's memberships changed: re-resolve; close if nothing is left."""
+        user = self.scope["user"]
+        groups = await self.resolve(user)
+        if groups is None:
+            await self._join([])
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self._join([*groups, user_group(user.pk)])
+
+    async def _join(self, groups: list[str]) -> None:
+        """Make the joined groups exactly ``groups``."""
+        for group in set(self.groups_joined) - set(groups):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        for group in set(groups) - set(self.groups_joined):
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = list(groups)
+
+
+class JobConsumer(LiveConsumer):
+    """``ws/jobs/<id>/``: everything about one job of the user's tenants."""
+
+    async def resolve(self, user: Any) -> list[str] | None:
+        self.job = await _visible_job(user, int(self.scope["url_route"]["kwargs"]["job_id"]))
+        return None if self.job is None else [job_group(self.job.pk)]
+
+    async def greeting(self) -> list[dict[str, Any]]:
+        return [status_message(self.job)]
+
+
+class TenantConsumer(LiveConsumer):
+    """``ws/tenants/<slug>/``: one tenant the user belongs to."""
+
+    async def resolve(self, user: Any) -> list[str] | None:
+        pk = await _visible_tenant_pk(user, self.scope["url_route"]["kwargs"]["slug"])
+        return None if pk is None else [tenant_group(pk)]
+
+
+class ClusterConsumer(LiveConsumer):
+    """``ws/cluster/``: site admins get everything; members only their tenants' messages.
+
+    Messages that name no tenant (cluster-wide figures) go to everyone who may look.
+    """
+
+    slugs: frozenset[str] | None = None  # None: no narrowing (site admin)
+
+    async def resolve(self, user: Any) -> list[str] | None:
+        self.slugs = await _visible_slugs(user)
+        return [CLUSTER_GROUP]
+
+    def allows(self, payload: dict[str, Any]) -> bool:
+        if self.slugs is None:
+            return True
+        slug = payload.get("tenant") or (payload.get("data") or {}).get("tenant")
+        return slug is None or slug in self.slugs
+
+
+class AlarmsConsumer(LiveConsumer):
+    """``ws/alarms/``: alarms of every tenant the user belongs to."""
+
+    async def resolve(self, user: Any) -> list[str]:
+        return [tenant_group(pk) for pk in await _visible_tenant_pks(user)]
+
+    def allows(self, payload: dict[str, Any]) -> bool:
+        return payload.get("type") in {"alarm", "alarm_ack"}
 
 
 @database_sync_to_async
-def _visible_job(user: Any, job_id: int) -> Job | None:
+def _visible_job(user: Any, job_id: int) -> Any:
     return jobs_for(user).filter(pk=job_id).first()
+
+
+@database_sync_to_async
+def _visible_tenant_pk(user: Any, slug: str) -> int | None:
+    return tenants_for(user).filter(slug=slug).values_list("pk", flat=True).first()
+
+
+@database_sync_to_async
+def _visible_tenant_pks(user: Any) -> list[int]:
+    return list(tenants_for(user).values_list("pk", flat=True))
+
+
+@database_sync_to_async
+def _visible_slugs(user: Any) -> frozenset[str] | None:
+    if getattr(user, "is_superuser", False):
+        return None
+    return frozenset(tenants_for(user).values_list("slug", flat=True))

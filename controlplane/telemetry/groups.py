@@ -11,3 +11,8 @@ def job_group(job_id: int) -> str:
 
 def tenant_group(tenant_id: int) -> str:
     return f"tenant.{tenant_id}"
+
+
+def user_group(user_id: int) -> str:
+    """A user's own group: told when the user's memberships change (access re-check)."""
+    return f"user.{user_id}"

@@ -3,9 +3,11 @@
     python manage.py telemetry_ingest
 
 Runs write to ``telemetry_stream(job_id)`` and add the job id to
-ACTIVE_STREAMS_KEY. Each ``ingest_step`` reads a batch from every active stream,
-stores what should be kept in bulk, forwards every message to the job's group, and
-retires the streams of finished jobs once drained. Read positions live in Redis so
+ACTIVE_STREAMS_KEY. Each ``Ingest.step`` reads a batch from every active stream,
+stores what should be kept in bulk (samples, alarms, the latest state of each link),
+hands every message to the fan-out for the job's group (alarms and a throttled metrics
+summary also to the tenant and cluster groups), and retires the streams of finished
+jobs once drained. Read positions live in Redis so
 a restarted ingest resumes where it stopped.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +27,10 @@ from django.db import transaction
 
 from controlplane.jobs.choices import TERMINAL
 from controlplane.jobs.models import Job
-from controlplane.lib.publish import publish
-from controlplane.telemetry.groups import job_group, tenant_group
-from controlplane.telemetry.models import Alarm, MetricSample
+from controlplane.telemetry.fanout import Fanout, Outgoing, shared_fanout
+from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group
+from controlplane.telemetry.models import Alarm, LinkState, MetricSample
+from controlplane.telemetry.series import LinkCell, link_cells, link_matrix
 from workers.runtime import protocol
 
 log = logging.getLogger(__name__)
@@ -35,20 +39,34 @@ CURSORS_KEY = "synclane:telemetry:cursors"
 BATCH = 500
 
 
+# Tenant and cluster pages get a per-job summary of metrics at most this often.
+SUMMARY_INTERVAL_S = 1.0
+SUMMARY_FIELDS = ("step", "loss", "samples_per_s", "tokens_per_s", "allocation_bps", "link_rate_bps", "ts")
+
+
 @dataclass
 class Ingest:
-    """The ingest loop's state: a Redis client and per-job downsampling clocks."""
+    """The ingest loop's state: a Redis client, per-job downsampling clocks, the fan-out."""
 
     client: redis.Redis
     sample_interval_s: float = field(default_factory=lambda: settings.SYNCLANE_SAMPLE_INTERVAL_S)
+    fanout: Fanout = field(default_factory=shared_fanout)
     last_stored: dict[int, float] = field(default_factory=dict)
+    last_summary: dict[int, float] = field(default_factory=dict)
+    enhanced: dict[int, bool] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls) -> Ingest:
         return cls(client=redis.Redis.from_url(settings.REDIS_URL, decode_responses=True))
 
     def step(self, *, block_ms: int = 500) -> int:
-        """Read, store and forward one batch; return the number of messages handled."""
+        """Read, store and forward one batch; return the number of messages handled.
+
+        Steps: 1. one XREAD over every active stream; 2. per job, one transaction stores
+        samples, alarms and link states; 3. the whole batch goes to the fan-out at once
+        (sent while the next batch is read); 4. cursors advance; 5. drained streams of
+        finished jobs are retired.
+        """
         job_ids = sorted(int(j) for j in self.client.smembers(protocol.ACTIVE_STREAMS_KEY))
         if not job_ids:
             return 0
@@ -56,21 +74,35 @@ class Ingest:
         streams = {protocol.telemetry_stream(j): cursors.get(str(j), "0-0") for j in job_ids}
         batches = self.client.xread(streams, count=BATCH, block=block_ms) or []
         handled = 0
-        read: set[int] = set()
+        read: dict[str, str] = {}
+        outgoing: list[Outgoing] = []
         for stream, entries in batches:
             job_id = int(stream.rsplit(":", 1)[1])
-            read.add(job_id)
-            handled += self._handle(job_id, entries)
-            self.client.hset(CURSORS_KEY, str(job_id), entries[-1][0])
-        self._retire_finished(set(job_ids) - read)
+            handled += self._handle(job_id, entries, outgoing)
+            read[str(job_id)] = entries[-1][0]
+        self.fanout.send(outgoing)
+        if read:
+            self.client.hset(CURSORS_KEY, mapping=read)
+        self._retire_finished(set(job_ids) - {int(j) for j in read})
         return handled
 
-    def _handle(self, job_id: int, entries: list[tuple[str, dict[str, str]]]) -> int:
-        job = Job.objects.filter(pk=job_id).only("pk", "tenant_id", "last_step").first()
+    def flush(self) -> None:
+        """Wait until everything read so far has been handed to the channel layer."""
+        self.fanout.flush()
+
+    def _handle(
+        self, job_id: int, entries: list[tuple[str, dict[str, str]]], outgoing: list[Outgoing]
+    ) -> int:
+        job = (
+            Job.objects.filter(pk=job_id)
+            .select_related("tenant")
+            .only("pk", "tenant_id", "tenant__slug", "last_step")
+            .first()
+        )
         if job is None:
             return len(entries)
         messages = [m for m in (_decode(fields) for _, fields in entries) if m is not None]
-        samples, alarms, last_step = [], [], job.last_step
+        samples, alarms, links, last_step = [], [], {}, job.last_step
         for kind, data in messages:
             if kind == protocol.MSG_METRICS:
                 step = int(data.get("step", 0))
@@ -79,23 +111,53 @@ class Ingest:
                     samples.append(MetricSample(job=job, step=step, reported_at=_when(data), data=data))
             elif kind == protocol.MSG_ALARM:
                 alarms.append(data)
+            elif kind == protocol.MSG_LINK:
+                cells = link_cells(data)
+                data["cells"] = [_cell_json(c) for c in cells]
+                for cell in cells:  # the newest measurement of a pair wins
+                    links[(cell.src, cell.dst)] = _link_row(job, cell, _when(data))
         with transaction.atomic():
             MetricSample.objects.bulk_create(samples)
+            _upsert_links(list(links.values()))
             for data in alarms:
-                record_alarm(job, data)
+                alarm = record_alarm(job, data)
+                if alarm is not None:
+                    data["alarm_id"] = alarm.pk  # lets a page acknowledge it
             if last_step != job.last_step:
                 Job.objects.filter(pk=job_id).update(last_step=last_step)
-        group = job_group(job_id)
-        for kind, data in messages:
-            publish(group, {"type": kind, "job": job_id, "data": data})
-            if kind == protocol.MSG_ALARM:
-                publish(tenant_group(job.tenant_id), {"type": kind, "job": job_id, "data": data})
+        self._route(job, messages, outgoing)
         return len(entries)
 
+    def _route(self, job: Job, messages: list[tuple[str, dict[str, Any]]], out: list[Outgoing]) -> None:
+        """Everything to the job's group; alarms and a throttled summary to tenant and cluster."""
+        group, slug = job_group(job.pk), job.tenant.slug
+        wide = (tenant_group(job.tenant_id), CLUSTER_GROUP)
+        latest: dict[str, Any] | None = None
+        for kind, data in messages:
+            payload = {"type": kind, "job": job.pk, "tenant": slug, "data": data}
+            out.append((group, payload))
+            if kind == protocol.MSG_ALARM:
+                out.extend((g, payload) for g in wide)
+            elif kind == protocol.MSG_METRICS:
+                latest = data
+        now = time.monotonic()
+        if latest is not None and now - self.last_summary.get(job.pk, float("-inf")) >= SUMMARY_INTERVAL_S:
+            self.last_summary[job.pk] = now
+            summary = {k: latest[k] for k in SUMMARY_FIELDS if k in latest}
+            payload = {"type": "metrics", "job": job.pk, "tenant": slug, "summary": True, "data": summary}
+            out.extend((g, payload) for g in wide)
+
     def _keep(self, job_id: int, data: dict[str, Any]) -> bool:
-        """Downsample: keep one sample per interval, and every evaluation or final step."""
+        """Downsample: keep one sample per interval, and every evaluation or final step.
+
+        Steps where sync enhancement switches on or off are kept too, so the drift
+        chart's shaded periods start and end where they did.
+        """
         ts = float(data.get("ts", 0.0))
-        if "val_loss" in data or data.get("final"):
+        enhanced = bool(data.get("sync_enhanced"))
+        switched = enhanced != self.enhanced.get(job_id, False)
+        self.enhanced[job_id] = enhanced
+        if "val_loss" in data or data.get("final") or switched:
             self.last_stored[job_id] = ts
             return True
         if ts - self.last_stored.get(job_id, float("-inf")) >= self.sample_interval_s:
@@ -113,6 +175,45 @@ class Ingest:
             self.client.delete(protocol.telemetry_stream(job_id))
             self.client.hdel(CURSORS_KEY, str(job_id))
             self.last_stored.pop(job_id, None)
+            self.last_summary.pop(job_id, None)
+            self.enhanced.pop(job_id, None)
+
+
+def _link_row(job: Job, cell: LinkCell, when: dt.datetime) -> LinkState:
+    return LinkState(
+        job=job,
+        src=cell.src,
+        dst=cell.dst,
+        bandwidth_bps=cell.bandwidth_bps,
+        latency_s=cell.latency_s,
+        jitter_s=cell.jitter_s,
+        state=cell.state,
+        step=cell.step,
+        measured_at=when,
+    )
+
+
+def _upsert_links(rows: list[LinkState]) -> None:
+    if rows:
+        LinkState.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["job", "src", "dst"],
+            update_fields=["bandwidth_bps", "latency_s", "jitter_s", "state", "step", "measured_at"],
+        )
+
+
+def _cell_json(cell: LinkCell) -> dict[str, Any]:
+    """A cell as the page draws it (Mbit/s and milliseconds)."""
+    m = link_matrix([cell], 0)
+    return {
+        "src": cell.src,
+        "dst": cell.dst,
+        "bandwidth_mbps": m["bandwidth_mbps"][cell.src][cell.dst],
+        "latency_ms": m["latency_ms"][cell.src][cell.dst],
+        "jitter_ms": m["jitter_ms"][cell.src][cell.dst],
+        "state": cell.state,
+    }
 
 
 def record_alarm(job: Job, data: dict[str, Any]) -> Alarm | None:
@@ -124,7 +225,8 @@ def record_alarm(job: Job, data: dict[str, Any]) -> Alarm | None:
         alarm = Alarm.objects.filter(job=job, kind=kind, rank=rank, cleared_at__isnull=True).first()
         if alarm is not None:
             alarm.cleared_at = when
-            alarm.save(update_fields=["cleared_at"])
+            alarm.cleared_step = _opt_step(data.get("step"))
+            alarm.save(update_fields=["cleared_at", "cleared_step"])
         return alarm
     return Alarm.objects.create(
         job=job,
@@ -149,6 +251,10 @@ def _decode(fields: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
         log.warning("dropping telemetry entry with malformed data")
         return None
     return (kind, data) if isinstance(data, dict) else None
+
+
+def _opt_step(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def _when(data: dict[str, Any]) -> dt.datetime:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from controlplane.jobs.models import Job
@@ -18,6 +19,9 @@ class MetricSample(models.Model):
     class Meta:
         ordering = ["job", "step", "id"]
         indexes = [models.Index(fields=["job", "step"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.step}"
 
 
 class AlarmKind(models.TextChoices):
@@ -39,12 +43,43 @@ class Alarm(models.Model):
     detail = models.CharField(max_length=300, blank=True, default="")
     raised_at = models.DateTimeField()
     cleared_at = models.DateTimeField(null=True, blank=True)
+    cleared_step = models.PositiveIntegerField(null=True, blank=True)
     acknowledged = models.BooleanField(default=False)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-raised_at", "-id"]
         indexes = [models.Index(fields=["job", "kind", "cleared_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.kind} on job {self.job_id} ({'open' if self.is_open else 'cleared'})"
+
     @property
     def is_open(self) -> bool:
         return self.cleared_at is None
+
+
+class LinkState(models.Model):
+    """The latest measurement of one rank-to-rank path of a job (one row per pair)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="links")
+    src = models.PositiveIntegerField()
+    dst = models.PositiveIntegerField()
+    bandwidth_bps = models.FloatField(null=True, blank=True)
+    latency_s = models.FloatField(null=True, blank=True)
+    jitter_s = models.FloatField(null=True, blank=True)
+    state = models.CharField(max_length=20, default="ok")
+    step = models.PositiveIntegerField(null=True, blank=True)
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["job", "src", "dst"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "src", "dst"], name="one_link_state_per_pair")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} link {self.src}->{self.dst} {self.state}"

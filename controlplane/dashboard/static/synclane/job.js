@@ -1,44 +1,161 @@
 // Job page: draw the stored history, then extend it live from ws/jobs/<id>/.
-// Nothing polls: every update arrives on the websocket.
 (function () {
   "use strict";
+  const S = window.Synclane;
   const root = document.getElementById("job");
   const jobId = root.dataset.jobId;
-  const history = JSON.parse(document.getElementById("history").textContent);
-  const MAX_POINTS = 5000;
-  const layout = (title, ytitle) => ({
-    title: { text: title, font: { size: 14 } },
-    margin: { l: 50, r: 10, t: 35, b: 40 },
-    xaxis: { title: { text: "step" } },
-    yaxis: { title: { text: ytitle } },
-    legend: { orientation: "h" },
-  });
-  const config = { displayModeBar: false, responsive: true };
+  const steps = Number(root.dataset.steps);
+  const figures = S.json("figures");
+  const history = S.json("history");
+  const charts = { loss: "chart-loss", throughput: "chart-throughput", time: "chart-time",
+                   bandwidth: "chart-bandwidth", drift: "chart-drift" };
+  Object.entries(charts).forEach(([name, id]) => S.plot(id, figures[name]));
 
-  Plotly.newPlot("chart-loss", [
-    { x: history.step, y: history.loss, name: "train loss", mode: "lines" },
-    { x: history.step, y: history.val_loss, name: "validation loss", mode: "markers", connectgaps: true },
-  ], layout("Loss", "loss"), config);
-  Plotly.newPlot("chart-throughput", [
-    { x: history.step, y: history.samples_per_s, name: "samples/s", mode: "lines" },
-    { x: history.step, y: history.tokens_per_s, name: "tokens/s", mode: "lines", yaxis: "y2" },
-  ], Object.assign(layout("Throughput", "samples/s"), {
-    yaxis2: { title: { text: "tokens/s" }, overlaying: "y", side: "right" },
-  }), config);
+  // Exposed for tests and curious users.
+  const state = window.synclane = {
+    points: countPoints(history.metrics.loss), lastStep: history.last_step || 0,
+    links: history.links, alarms: {}, backfills: 0, heatmapMetric: "bandwidth_mbps",
+    periods: (history.periods || []).map((p) => p.slice()), startedAt: Date.now(), startStep: history.last_step || 0,
+  };
 
-  // Points drawn so far, exposed for tests and curious users.
-  window.synclane = { points: history.step.length };
+  // --- derived figures (mirror of dashboard.charts.derive) ---
+  function derive(d) {
+    const out = Object.assign({}, d);
+    const comm = num(d.comm_time_s), exposed = num(d.exposed_comm_s), st = num(d.step_time_s);
+    if (st !== null && (exposed !== null || comm !== null)) out.compute_time_s = Math.max(0, st - (exposed !== null ? exposed : comm));
+    if (num(d.allocation_bps) !== null) out.allocation_mbps = d.allocation_bps / 1e6;
+    if (num(d.busbw_bps) !== null) out.achieved_mbps = d.busbw_bps / 1e6;
+    else if (num(d.bytes_sent) !== null && comm) out.achieved_mbps = d.bytes_sent * 8 / comm / 1e6;
+    return out;
+  }
+  function num(v) { return typeof v === "number" && isFinite(v) ? v : null; }
+  function countPoints(s) { return s ? s.x.length : 0; }
 
+  // --- metrics ---
   function onMetrics(data) {
-    const step = data.step;
-    const val = data.val_loss === undefined ? null : data.val_loss;
-    Plotly.extendTraces("chart-loss", { x: [[step], [step]], y: [[data.loss], [val]] }, [0, 1], MAX_POINTS);
-    Plotly.extendTraces("chart-throughput",
-      { x: [[step], [step]], y: [[data.samples_per_s], [data.tokens_per_s]] }, [0, 1], MAX_POINTS);
-    window.synclane.points += 1;
-    document.getElementById("job-step").textContent = step;
+    if (typeof data.step !== "number" || data.step <= state.lastStep) return;  // seen (backfill)
+    const row = derive(data);
+    Object.entries(charts).forEach(([name, id]) => S.extend(id, figures[name], row.step, row));
+    if (num(row.loss) !== null) state.points += 1;
+    state.lastStep = row.step;
+    if ("sync_enhanced" in row) setEnhanced(row.step, !!row.sync_enhanced);
+    else redrawPeriods(row.step);
+    progress(row.step);
   }
 
+  function progress(step) {
+    document.getElementById("job-step").textContent = step;
+    const bar = document.getElementById("job-progress");
+    if (bar) bar.value = step;
+    const eta = document.getElementById("job-eta");
+    const done = step - state.startStep, elapsed = (Date.now() - state.startedAt) / 1000;
+    if (eta && done > 0 && elapsed > 1) eta.textContent = "ETA " + Math.round((steps - step) * elapsed / done) + " s";
+  }
+
+  // --- drift: enhancement periods shaded, threshold line kept ---
+  function setEnhanced(step, on) {
+    const open = state.periods.find((p) => p[1] === null);
+    if (on && !open) state.periods.push([step, null]);
+    if (!on && open) open[1] = step;
+    redrawPeriods(step);
+  }
+  function redrawPeriods(lastStep) {
+    const el = document.getElementById("chart-drift");
+    if (!el) return;
+    const shapes = state.periods.map(([a, b]) => ({
+      type: "rect", xref: "x", yref: "paper", x0: a, x1: b === null ? lastStep : b, y0: 0, y1: 1,
+      fillcolor: "rgba(224,161,0,0.18)", line: { width: 0 }, layer: "below", name: b === null ? "open" : "closed",
+    }));
+    const t = figures.drift.meta.threshold;
+    if (t !== null && t !== undefined) shapes.push({ type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: t, y1: t,
+      line: { color: "#c2352b", dash: "dash", width: 1.5 }, name: "threshold" });
+    Plotly.relayout(el, { shapes: shapes });
+  }
+
+  // --- link health heatmap ---
+  const CODES = { ok: 0, degraded: 1, down: 2 };
+  function drawHeatmap() {
+    const m = state.links, metric = state.heatmapMetric;
+    const fig = figures.heatmap;
+    const trace = Object.assign({}, fig.data[0], {
+      x: m.ranks.map((r) => "to " + r), y: m.ranks.map((r) => "rank " + r),
+      z: m.state.map((row) => row.map((s) => (s === null ? null : CODES[s]))),
+      text: m[metric].map((row) => row.map((v) => (v === null ? "" : Number(v).toPrecision(3)))),
+    });
+    const label = { bandwidth_mbps: "bandwidth (Mbit/s)", latency_ms: "latency (ms)", jitter_ms: "jitter (ms)" }[metric];
+    const layout = Object.assign({}, fig.layout, { title: { text: "Link health · " + label, font: { size: 14 } } });
+    Plotly.react("chart-heatmap", [trace], layout, { displayModeBar: false, responsive: true });
+    state.measured = m.state.flat().filter((s) => s !== null).length;
+  }
+  function grow(n) {
+    const m = state.links;
+    while (m.ranks.length < n) {
+      m.ranks.push(m.ranks.length);
+      ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => {
+        m[k].forEach((row) => row.push(null));
+        m[k].push(new Array(m.ranks.length).fill(null));
+      });
+    }
+  }
+  function onLink(data) {
+    (data.cells || []).forEach((c) => {
+      grow(Math.max(c.src, c.dst) + 1);
+      ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => { state.links[k][c.src][c.dst] = c[k]; });
+    });
+    drawHeatmap();
+  }
+  document.querySelectorAll("[data-heatmap-metric]").forEach((b) => b.addEventListener("click", () => {
+    state.heatmapMetric = b.dataset.heatmapMetric;
+    drawHeatmap();
+  }));
+
+  // --- alarms ---
+  const tbody = document.getElementById("alarm-rows");
+  function alarmKey(a) { return a.alarm_id; }
+  function renderAlarm(a) {
+    let tr = tbody.querySelector(`tr[data-alarm-id="${alarmKey(a)}"]`);
+    if (!tr) {
+      tr = document.createElement("tr");
+      tr.dataset.alarmId = alarmKey(a);
+      tbody.prepend(tr);
+      const empty = document.getElementById("alarm-empty");
+      if (empty) empty.remove();
+    }
+    const open = !a.cleared_at;
+    tr.className = open ? "alarm-open" : "alarm-cleared";
+    tr.dataset.kind = a.kind;
+    tr.innerHTML = "<td></td><td></td><td></td><td></td><td></td><td></td><td class='muted'></td>";
+    const cells = tr.children;
+    cells[0].innerHTML = `<span class="status ${open ? "status-failed" : "status-succeeded"}">${open ? "raised" : "cleared"}</span>`;
+    cells[1].textContent = a.kind;
+    cells[2].textContent = a.step === null || a.step === undefined ? "" : a.step;
+    cells[3].textContent = a.value === null || a.value === undefined ? "" : Number(a.value).toPrecision(3);
+    cells[4].textContent = a.threshold === null || a.threshold === undefined ? "" : Number(a.threshold).toPrecision(3);
+    cells[5].textContent = S.fmtTime(a.raised_at) + (a.cleared_at ? " → " + S.fmtTime(a.cleared_at) : "");
+    cells[6].textContent = (a.detail || "") + (a.acknowledged ? " · acknowledged" + (a.acknowledged_by ? " by " + a.acknowledged_by : "") : "");
+    state.alarms[alarmKey(a)] = a;
+  }
+  function onAlarm(data) {
+    const when = new Date((data.ts || Date.now() / 1000) * 1000).toISOString();
+    let a;
+    if (data.state === "cleared") {
+      a = state.alarms[data.alarm_id] || Object.values(state.alarms).find((x) => x.kind === data.kind && !x.cleared_at);
+      if (!a) return;
+      a = Object.assign({}, a, { cleared_at: when });
+      if (data.kind === "sync_drift") setEnhanced(data.step || state.lastStep, false);
+    } else {
+      a = { alarm_id: data.alarm_id, kind: data.kind, step: data.step, value: data.value, threshold: data.threshold,
+            detail: data.detail, raised_at: when, cleared_at: null, acknowledged: false };
+      if (data.kind === "sync_drift") setEnhanced(data.step || state.lastStep, true);
+    }
+    renderAlarm(a);
+  }
+  function onAck(data) {
+    const a = state.alarms[data.alarm_id];
+    if (a) renderAlarm(Object.assign({}, a, { acknowledged: true, acknowledged_by: data.by }));
+  }
+
+  // --- status and allocation ---
   function onStatus(msg) {
     const badge = document.getElementById("job-status");
     badge.textContent = msg.status;
@@ -48,30 +165,39 @@
     if (msg.previous) {
       const li = document.createElement("li");
       li.innerHTML = "<time></time> " + msg.previous + " → <b></b> ";
-      li.querySelector("time").textContent = new Date(msg.at).toLocaleTimeString();
+      li.querySelector("time").textContent = S.fmtTime(msg.at);
       li.querySelector("b").textContent = msg.status;
       li.append(msg.reason || "");
       document.getElementById("events").append(li);
     }
   }
-
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(scheme + "://" + location.host + "/ws/jobs/" + jobId + "/");
-    const live = document.getElementById("live-state");
-    socket.onopen = () => { live.textContent = "live"; delay = 500; };
-    socket.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
-      if (msg.type === "metrics") onMetrics(msg.data);
-      else if (msg.type === "status") onStatus(msg);
-    };
-    socket.onclose = (event) => {
-      if (event.code === 4401 || event.code === 4404) { live.textContent = "not allowed"; return; }
-      live.textContent = "reconnecting…";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);  // back off up to 10 s
-    };
+  function onAllocation(data) {
+    const el = document.getElementById("job-allocation");
+    if (el && typeof data.allocation_mbps === "number") el.textContent = data.allocation_mbps.toFixed(1) + " Mbit/s";
   }
-  connect();
+
+  // --- backfill after a reconnect: what came after the last step we drew ---
+  async function backfill() {
+    const resp = await fetch(`/jobs/${jobId}/history.json?after_step=${state.lastStep}`, { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const h = await resp.json();
+    Object.entries(charts).forEach(([name, id]) => S.extendSeries(id, figures[name], h.metrics));
+    state.points += countPoints(h.metrics.loss);
+    if (h.last_step && h.last_step > state.lastStep) { state.lastStep = h.last_step; progress(h.last_step); }
+    state.links = h.links; drawHeatmap();
+    h.alarms.forEach(renderAlarm);
+    state.backfills += 1;
+  }
+
+  history.alarms.slice().reverse().forEach(renderAlarm);
+  drawHeatmap();
+  redrawPeriods(state.lastStep);
+  S.connect(`/ws/jobs/${jobId}/`, (msg) => {
+    if (msg.type === "metrics") onMetrics(msg.data);
+    else if (msg.type === "link") onLink(msg.data);
+    else if (msg.type === "alarm") onAlarm(msg.data);
+    else if (msg.type === "alarm_ack") onAck(msg.data);
+    else if (msg.type === "allocation") onAllocation(msg.data);
+    else if (msg.type === "status") onStatus(msg);
+  }, backfill);
 })();

@@ -1,0 +1,176 @@
+"""Read helpers behind the pages: a job's history, a tenant's queues, the cluster's share.
+
+Each returns plain data (lists, dicts) ready for ``charts`` and ``json_script``; callers
+have already checked access (they pass objects from the access helpers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from controlplane.dashboard.charts import JOB_METRICS, derive
+from controlplane.jobs.choices import ACTIVE, JobStatus
+from controlplane.jobs.models import Job
+from controlplane.telemetry.models import Alarm, AlarmKind, MetricSample
+from controlplane.telemetry.series import (
+    LinkCell,
+    downsample_columns,
+    enhancement_periods,
+    link_matrix,
+    stack_by_bucket,
+)
+from controlplane.tenancy.models import Tenant
+from workers.runtime.config import RuntimeConfig
+
+MAX_POINTS = 1000  # per series, after min/max downsampling
+MAX_ROWS = 20_000  # newest stored samples read for one history
+CLUSTER_WINDOW = dt.timedelta(minutes=15)
+CLUSTER_BUCKET_S = 5.0
+DEFAULT_DRIFT_THRESHOLD = next(
+    f.default for f in dataclasses.fields(RuntimeConfig) if f.name == "drift_threshold"
+)
+
+
+def job_history(job: Job, *, after_step: int | None = None, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """Return what the job page draws: metric series, link matrix, alarms, drift figures.
+
+    With ``after_step`` only samples after that step are read (a reconnecting page fills
+    its gap); links and alarms are always whole, they are small.
+    """
+    samples = job.samples.all()
+    if after_step is not None:
+        samples = samples.filter(step__gt=after_step)
+    raw = list(samples.order_by("-step", "-id").values_list("step", "data")[:MAX_ROWS])
+    raw.reverse()
+    rows = [{**derive(data), "step": step} for step, data in raw]
+    alarms = list(job.alarms.select_related("acknowledged_by"))
+    drift_alarms = [a for a in alarms if a.kind == AlarmKind.SYNC_DRIFT]
+    return {
+        "metrics": downsample_columns(rows, JOB_METRICS, max_points=max_points),
+        "last_step": rows[-1]["step"] if rows else after_step,
+        "links": link_matrix(_cells(job), job.world_size),
+        "alarms": [alarm_json(a) for a in alarms],
+        "drift_threshold": next((a.threshold for a in drift_alarms if a.threshold), None)
+        or job.hyperparameters.get("drift_threshold")
+        or DEFAULT_DRIFT_THRESHOLD,
+        "periods": enhancement_periods(
+            [(r["step"], bool(r.get("sync_enhanced"))) for r in rows if "sync_enhanced" in r],
+            [(a.step, _cleared_step(a)) for a in drift_alarms],
+        ),
+    }
+
+
+def alarm_json(alarm: Alarm) -> dict[str, Any]:
+    """An alarm as pages list it (the same fields the live ``alarm`` message fills)."""
+    return {
+        "alarm_id": alarm.pk,
+        "job": alarm.job_id,
+        "kind": alarm.kind,
+        "rank": alarm.rank,
+        "step": alarm.step,
+        "value": alarm.value,
+        "threshold": alarm.threshold,
+        "detail": alarm.detail,
+        "raised_at": alarm.raised_at.isoformat(),
+        "cleared_at": alarm.cleared_at.isoformat() if alarm.cleared_at else None,
+        "acknowledged": alarm.acknowledged,
+        "acknowledged_by": alarm.acknowledged_by.username if alarm.acknowledged_by else None,
+    }
+
+
+def eta_seconds(job: Job) -> float | None:
+    """Seconds to the last step at the pace since the job started; None when unknown."""
+    if job.status != JobStatus.RUNNING or not job.started_at or not job.last_step:
+        return None
+    elapsed = (timezone.now() - job.started_at).total_seconds()
+    done = job.last_step - int((job.placement or {}).get("resumed_from") or 0)
+    if done <= 0 or elapsed <= 0:
+        return None
+    return max(0.0, (job.steps - job.last_step) * elapsed / done)
+
+
+def tenant_queue(tenant: Tenant) -> list[Job]:
+    """The tenant's waiting jobs in admission order (priority, then submit time)."""
+    return list(
+        Job.objects.filter(tenant=tenant, status=JobStatus.QUEUED).order_by("-priority", "created_at", "pk")
+    )
+
+
+def tenant_running(tenant: Tenant) -> list[Job]:
+    return list(Job.objects.filter(tenant=tenant, status__in=ACTIVE).order_by("-priority", "started_at"))
+
+
+def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """Allocation by tenant and throughput per job over the last minutes, for ``tenants``."""
+    now = now or timezone.now()
+    rows = (
+        MetricSample.objects.filter(job__tenant__in=tenants, reported_at__gte=now - CLUSTER_WINDOW)
+        .order_by("reported_at")
+        .values_list("job_id", "job__name", "job__tenant__slug", "reported_at", "data")
+    )
+    alloc, throughput = [], {}
+    for job_id, name, slug, when, data in rows:
+        ts = when.timestamp()
+        if isinstance(data.get("allocation_bps"), int | float):
+            alloc.append((ts, slug, job_id, data["allocation_bps"] / 1e6))
+        if isinstance(data.get("samples_per_s"), int | float):
+            series = throughput.setdefault(f"{job_id} {name}", {"x": [], "y": []})
+            series["x"].append(when.isoformat())
+            series["y"].append(data["samples_per_s"])
+    stacks = stack_by_bucket(alloc, bucket_s=CLUSTER_BUCKET_S)
+    for series in stacks.values():
+        series["x"] = [dt.datetime.fromtimestamp(x, tz=dt.UTC).isoformat() for x in series["x"]]
+    return {"allocation": stacks, "throughput": throughput}
+
+
+def cluster_nodes(visible_jobs: QuerySet[Job]) -> list[dict[str, Any]]:
+    """Nodes with slots and the slots the user's visible active jobs use on each.
+
+    Until nodes register (``jobs.models.Node``), the one configured machine stands in.
+    """
+    from controlplane.jobs import models as job_models
+
+    node_model = getattr(job_models, "Node", None)
+    nodes = list(node_model.objects.order_by("name").values("name", "slots")) if node_model else []
+    if not nodes:
+        nodes = [{"name": "local", "slots": settings.SYNCLANE_CLUSTER_SLOTS}]
+    used: dict[str, int] = {}
+    states: dict[str, str] = {}
+    for job in visible_jobs.filter(status__in=ACTIVE).prefetch_related("links"):
+        name = (job.placement or {}).get("node") or nodes[0]["name"]
+        used[name] = used.get(name, 0) + job.world_size
+        for link in job.links.all():
+            if link.state != "ok":
+                states[name] = link.state
+    for node in nodes:
+        node["used"] = used.get(node["name"], 0)
+        node["state"] = states.get(node["name"], "ok")
+    return nodes
+
+
+def _cells(job: Job) -> list[LinkCell]:
+    return [
+        LinkCell(
+            src=link.src,
+            dst=link.dst,
+            bandwidth_bps=link.bandwidth_bps,
+            latency_s=link.latency_s,
+            jitter_s=link.jitter_s,
+            state=link.state,
+            step=link.step,
+        )
+        for link in job.links.all()
+    ]
+
+
+def _cleared_step(alarm: Alarm) -> int | None:
+    """The step a cleared alarm ended at (its raise step if the run did not say); None if open."""
+    if alarm.is_open:
+        return None
+    return alarm.cleared_step if alarm.cleared_step is not None else alarm.step

@@ -1,0 +1,52 @@
+// Cluster page: topology, allocation by tenant (stacked), throughput of all runs; live from ws/cluster/.
+(function () {
+  "use strict";
+  const S = window.Synclane;
+  const figures = S.json("figures");
+  S.plot("chart-topology", figures.topology);
+  S.plot("chart-allocation", figures.allocation);
+  S.plot("chart-cluster-throughput", figures.throughput);
+  const alloc = {};  // tenant -> job -> Mbit/s, the latest seen
+  const state = window.synclane = { messages: 0 };
+
+  function traceIndex(id, fig, name, stacked) {
+    let i = fig.meta.live.indexOf(name);
+    if (i < 0) {
+      fig.meta.live.push(name);
+      const trace = { type: "scatter", mode: "lines", name: name, x: [], y: [] };
+      if (stacked) Object.assign(trace, { stackgroup: "one", line: { width: 0.5 } });
+      Plotly.addTraces(id, trace);
+      i = fig.meta.live.length - 1;
+    }
+    return i;
+  }
+
+  // Every 2 s, one stacked point per tenant from the latest allocations (no request: local data).
+  setInterval(() => {
+    const now = new Date().toISOString();
+    Object.entries(alloc).forEach(([tenant, jobs]) => {
+      const i = traceIndex("chart-allocation", figures.allocation, tenant, true);
+      const sum = Object.values(jobs).reduce((a, b) => a + b, 0);
+      Plotly.extendTraces("chart-allocation", { x: [[now]], y: [[sum]] }, [i], S.MAX_POINTS);
+    });
+  }, 2000);
+
+  S.connect("/ws/cluster/", (msg) => {
+    state.messages += 1;
+    const tenant = msg.tenant || (msg.data && msg.data.tenant);
+    if (msg.type === "allocation" && tenant) {
+      (alloc[tenant] = alloc[tenant] || {})[msg.job] = Number(msg.data.allocation_mbps) || 0;
+      const cell = document.querySelector(`tr[data-job-id="${msg.job}"] .allocation`);
+      if (cell) cell.textContent = Number(msg.data.allocation_mbps).toFixed(1) + " Mbit/s";
+    } else if (msg.type === "metrics" && msg.data) {
+      if (typeof msg.data.allocation_bps === "number" && tenant) (alloc[tenant] = alloc[tenant] || {})[msg.job] = msg.data.allocation_bps / 1e6;
+      if (typeof msg.data.samples_per_s === "number") {
+        const name = String(msg.job);
+        const i = traceIndex("chart-cluster-throughput", figures.throughput, name, false);
+        Plotly.extendTraces("chart-cluster-throughput", { x: [[new Date().toISOString()]], y: [[msg.data.samples_per_s]] }, [i], S.MAX_POINTS);
+        const cell = document.querySelector(`tr[data-job-id="${msg.job}"] .rate`);
+        if (cell) cell.textContent = msg.data.samples_per_s.toFixed(1);
+      }
+    }
+  });
+})();

@@ -1,0 +1,38 @@
+"""Tell a user's open sockets to re-check access when the user's memberships change.
+
+A receiver, not a service call, because memberships are written in several places
+(admin, tenancy services, the shell) and every one of them must end a socket that lost
+its right to listen. It only sends a notice after commit; the consumer re-reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from controlplane.telemetry.groups import user_group
+from controlplane.tenancy.models import Membership
+
+ACCESS_CHANGED = "access.changed"  # consumers handle it in access_changed()
+
+
+def notify_access_changed(user_id: int) -> None:
+    """After commit, ask every socket of ``user_id`` to re-check what it may receive."""
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(user_group(user_id), {"type": ACCESS_CHANGED})
+
+    transaction.on_commit(send)
+
+
+@receiver(post_save, sender=Membership)
+@receiver(post_delete, sender=Membership)
+def _membership_changed(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    notify_access_changed(instance.user_id)
