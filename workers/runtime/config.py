@@ -37,10 +37,13 @@ class RuntimeConfig:
     sync: str = p.SYNC_FULL
     sync_period: int = 4  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 16  # upper bound of H (AdaComm-style growth stops here)
-    bucket_cap_mb: float = 1.0
+    bucket_cap_mb: float = 1.0  # DDP bucket size (fusion of small tensors into buckets)
+    chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
+    warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start
+    powersgd_rank: int = 2  # PowerSGD matrix approximation rank
 
     # Drift monitor.
-    drift_threshold: float = 0.05  # relative L2 distance from the last global sync
+    drift_threshold: float = 0.08  # relative L2 distance from the last global sync
 
     # Link emulation, throttle and health.
     link_mbps: float | None = None
@@ -63,7 +66,7 @@ class RuntimeConfig:
             value = getattr(self, name)
             if not 0 <= value < self.world_size:
                 raise ValueError(f"{name} must be in [0, {self.world_size}), got {value}")
-        if self.sync not in p.SYNC_STRATEGIES:
+        if self.sync not in (*p.SYNC_STRATEGIES, p.SYNC_NONE):
             raise ValueError(
                 f"sync must be one of {', '.join(p.SYNC_STRATEGIES)}, got {self.sync!r}"
             )
@@ -72,6 +75,10 @@ class RuntimeConfig:
                 f"need 1 <= sync_period <= max_sync_period, got {self.sync_period}, {self.max_sync_period}"
             )
         _require_positive("bucket_cap_mb", self.bucket_cap_mb)
+        if self.chunk_kb < 64:
+            raise ValueError(f"chunk_kb must be >= 64, got {self.chunk_kb}")
+        if self.warmup_steps < 0 or self.powersgd_rank < 1:
+            raise ValueError("warmup_steps must be >= 0 and powersgd_rank >= 1")
         _require_positive("drift_threshold", self.drift_threshold)
         _require_positive("jitter_threshold_s", self.jitter_threshold_s)
         if self.link_mbps is not None:
@@ -106,7 +113,7 @@ class RuntimeConfig:
             "sync": _str(e, p.ENV_SYNC) or p.SYNC_FULL,
             "sync_period": _int(e, p.ENV_SYNC_PERIOD, 4),
             "max_sync_period": _int(e, p.ENV_MAX_SYNC_PERIOD, 16),
-            "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.05),
+            "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.08),
             "link_mbps": _float_or_none(e, p.ENV_LINK_MBPS),
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),
             "probe_every": _int(e, p.ENV_PROBE_EVERY, 0),

@@ -57,6 +57,8 @@ SYNC_ADAPTIVE: Final = "adaptive"
 SYNC_POWERSGD: Final = "powersgd"
 SYNC_LOCALSGD: Final = "localsgd"
 SYNC_STRATEGIES: Final = (SYNC_FULL, SYNC_ADAPTIVE, SYNC_POWERSGD, SYNC_LOCALSGD)
+# Benchmark-only: no gradient communication (the no-communication ceiling). Not offered to jobs.
+SYNC_NONE: Final = "none"
 
 # Optional per-job tuning, all read by RuntimeConfig.from_env().
 ENV_DRIFT_THRESHOLD: Final = "SYNCLANE_DRIFT_THRESHOLD"  # relative drift, float > 0

@@ -34,12 +34,28 @@ from torch.nn import functional as F
 from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.reporter import AllocationClient, Reporter
-from workers.runtime.wrap import SynclaneDDP, wrap
+from workers.runtime.wrap import LinkFailure, SynclaneDDP, wrap
 from workers.workloads.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 
 DATA_FILE = Path(__file__).with_name("data") / "jargon_lexicon_a_to_e.txt"
 VAL_FRACTION = 0.1
 EVAL_BATCHES = 8
+SUMMARY_FILE = "summary.json"  # rank 0 writes it at the end of a run that completed
+# Figures from the runtime's session that go into each metrics message when present.
+REPORTED_FIGURES = (
+    "exposed_comm_s",
+    "busbw_bps",
+    "sync_delay_s",
+    "jitter_s",
+    "chunk_bytes",
+    "link_rate_bps",
+    "drift",
+    "sync_period",
+    "grad_norm_var",
+    "loss_descent_rate",
+    "critical_fraction",
+    "sync_enhanced",
+)
 
 
 # ---------------------------------------------------------------- data
@@ -145,7 +161,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-every", type=int, default=50, help="0 disables checkpoints")
     ap.add_argument("--run-dir", default=os.environ.get(p.ENV_RUN_DIR) or "run/tiny_gpt")
     ap.add_argument(
-        "--sync", default=os.environ.get(p.ENV_SYNC) or p.SYNC_FULL, choices=p.SYNC_STRATEGIES
+        "--sync",
+        default=os.environ.get(p.ENV_SYNC) or p.SYNC_FULL,
+        choices=(*p.SYNC_STRATEGIES, p.SYNC_NONE),
     )
     ap.add_argument("--job", default=os.environ.get(p.ENV_JOB_ID), help="job id for telemetry")
     ap.add_argument("--batch-size", type=int, default=16, help="sequences per rank per step")
@@ -246,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     optimizer = torch.optim.AdamW(gpt.parameters(), lr=args.lr, weight_decay=0.0)
     start = resume(gpt, optimizer, run_dir, args, reporter)
-    model = wrap(gpt, optimizer=optimizer, config=cfg)
+    model = wrap(gpt, optimizer=optimizer, config=cfg, reporter=reporter, allocation=allocation)
     model.session.set_step(start)
     if rank == 0:
         n_params = sum(q.numel() for q in gpt.parameters())
@@ -255,25 +273,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
 
-    code = train(
-        model,
-        optimizer,
-        data,
-        args,
-        start=start,
-        stop=stop,
-        reporter=reporter,
-        allocation=allocation,
-    )
-    if rank == 0 and code != p.EXIT_OK:
-        (run_dir / p.EXIT_FILE).write_text(
-            json.dumps(
-                {"code": code, "reason": f"signal {stop.signum}", "step": model.session.step}
-            )
+    try:
+        code = train(model, optimizer, data, args, start=start, stop=stop, reporter=reporter)
+        reason = f"signal {stop.signum}"
+    except LinkFailure as exc:
+        # Every rank raises at the same step, after the optimizer step: the state is whole.
+        _checkpoint(model, optimizer, model.session.step, args)
+        reporter.event(
+            "link_failed", step=model.session.step, detail=str(exc), exit_code=exc.exit_code
         )
-    allocation.close()
+        code, reason = exc.exit_code, f"link failure: {exc}"
+        if rank == 0:
+            print(
+                f"tiny_gpt: {reason}; checkpoint written at step {model.session.step}", flush=True
+            )
+    if rank == 0 and code != p.EXIT_OK:
+        exit_info = {"code": code, "reason": reason, "step": model.session.step}
+        (run_dir / p.EXIT_FILE).write_text(json.dumps(exit_info))
+    model.session.close()  # also stops the allocation client
     reporter.close()
-    model.session.close()
     dist.destroy_process_group()
     return code
 
@@ -310,12 +328,13 @@ def train(
     start: int,
     stop: StopFlag,
     reporter: Reporter,
-    allocation: AllocationClient,
 ) -> int:
     """Run steps ``start+1 .. args.steps``; return the process exit code."""
     rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(args.run_dir)
     saved_step = start
+    run_started, total_bytes, total_comm = time.perf_counter(), 0, 0.0
+    metrics: dict[str, float | int] = {}
     for step in range(start + 1, args.steps + 1):
         t0 = time.perf_counter()
         x, y = data.batch(
@@ -330,18 +349,24 @@ def train(
         optimizer.step()
         step_time = time.perf_counter() - t0
         comm = model.session.pop_step_stats()
+        total_bytes += int(comm["bytes_sent"])
+        total_comm += comm["comm_time_s"]
+        last = step == args.steps
         samples_per_s = args.batch_size * world / step_time
-        metrics: dict[str, float | int] = {
+        metrics = {
             "loss": loss.item(),
             "samples_per_s": samples_per_s,
             "tokens_per_s": samples_per_s * args.seq_len,
             "step_time_s": step_time,
             "comm_time_s": comm["comm_time_s"],
             "bytes_sent": int(comm["bytes_sent"]),
+            **{k: comm[k] for k in REPORTED_FIGURES if k in comm},
         }
-        if (alloc := allocation.current_bps()) is not None:
+        if (alloc := model.session.allocation_bps()) is not None:
             metrics["allocation_bps"] = alloc
-        if step == args.steps or (args.eval_every and step % args.eval_every == 0):
+        if last and args.sync not in (p.SYNC_FULL, p.SYNC_POWERSGD):
+            model.session.synchronize()  # one final model: average the replicas
+        if last or (args.eval_every and step % args.eval_every == 0):
             metrics["val_loss"] = evaluate(model.module, data, args)
         reporter.log(metrics, step=step)
         if rank == 0 and (
@@ -363,7 +388,23 @@ def train(
                     flush=True,
                 )
             return p.EXIT_STOPPED_AFTER_CHECKPOINT
-    reporter.event("finished", step=args.steps)
+    wall = time.perf_counter() - run_started
+    steps_run = args.steps - start
+    summary = {
+        "sync": args.sync,
+        "world_size": world,
+        "steps": steps_run,
+        "wall_s": wall,
+        "samples_per_s": steps_run * args.batch_size * world / wall if wall > 0 else 0.0,
+        "bytes_per_step": total_bytes / max(1, steps_run),
+        "comm_time_per_step_s": total_comm / max(1, steps_run),
+        "val_loss": metrics.get("val_loss"),
+        "link_rate_bps": metrics.get("link_rate_bps"),
+    }
+    if rank == 0 and steps_run > 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    reporter.event("finished", **summary)
     return p.EXIT_OK
 
 
@@ -383,9 +424,10 @@ def _checkpoint(
 def _print_progress(step: int, steps: int, m: dict[str, float | int]) -> None:
     val = f" val {m['val_loss']:.4f}" if "val_loss" in m else ""
     alloc = f" alloc {m['allocation_bps'] / 1e6:.0f}Mb/s" if "allocation_bps" in m else ""
+    drift = f" drift {m['drift']:.4f} H {m['sync_period']:.0f}" if "drift" in m else ""
     print(
         f"step {step}/{steps} loss {m['loss']:.4f}{val} {m['samples_per_s']:.0f} samples/s "
-        f"step {m['step_time_s'] * 1e3:.1f}ms comm {m['comm_time_s'] * 1e3:.1f}ms{alloc}",
+        f"step {m['step_time_s'] * 1e3:.1f}ms comm {m['comm_time_s'] * 1e3:.1f}ms{alloc}{drift}",
         flush=True,
     )
 

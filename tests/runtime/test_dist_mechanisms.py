@@ -1,0 +1,137 @@
+"""The runtime's mechanisms on a real 2-rank gloo group (torchrun), one launch per check.
+
+The checks themselves live in ``dist_checks.py`` (they run on every rank); these tests
+launch them and assert on what rank 0 wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from workers.runtime import protocol as p
+
+pytestmark = pytest.mark.dist
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("dist_checks.py")
+
+
+def run_check(name: str, tmp_path: Path, **env: str) -> Any:
+    out = tmp_path / f"{name}.json"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
+    full_env.update(
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        MASTER_ADDR="127.0.0.1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    full_env.update(env)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        name,
+        str(out),
+    ]
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def alarms(r: redis.Redis, job: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(f["data"])
+        for _, f in r.xrange(p.telemetry_stream(job))
+        if f["type"] == p.MSG_ALARM
+    ]
+
+
+def test_full_sync_through_our_hook_matches_plain_ddp_and_adaptive_keeps_critical_grads(
+    tmp_path: Path,
+) -> None:
+    result = run_check("numerics", tmp_path)
+    # Identical losses and parameters with fixed seeds: the hook, chunking (64 KiB chunks
+    # over several fused 50 KB buckets) and the throttle (400 Mbit/s) are numerically neutral.
+    assert result["full"] == result["plain"]
+    assert result["full_chunked_throttled"] == result["plain"]
+    assert result["full_params_equal"] and result["full_chunked_throttled_params_equal"]
+    assert result["full_chunked_throttled_paced_bytes"] > 0
+    # Adaptive: critical (attention) gradients equal full sync's exactly (assert_close, atol 0
+    # on the ranks); non-critical gradients stayed local.
+    assert result["critical_checked"] == ["attn.weight", "attn.bias"]
+    assert result["noncritical_differs"] is True
+
+
+def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
+    result = run_check("peers", tmp_path)
+    full = result["full"]["bytes"]
+    assert result["full"]["replicas_equal"]
+    # PowerSGD compresses after its warm-up (2 steps): far fewer bytes, replicas still equal.
+    assert result["powersgd"]["bytes"][0] == full[0]
+    assert max(result["powersgd"]["bytes"][3:]) < full[0] / 5
+    assert result["powersgd"]["replicas_equal"]
+    # Local SGD: only the tiny agreed table between averaging steps (every 3 after warm-up).
+    local = result["localsgd"]["bytes"]
+    assert local[3] < 1000 and local[4] < 1000 and local[5] >= full[0]
+    # Adaptive: critical gradients every step plus periodic parameter averaging.
+    # Here only attn.* (16.5k of 38k parameters) is critical, and H = 3 after warm-up.
+    adaptive = result["adaptive"]["bytes"]
+    assert adaptive[:2] == full[:2]  # warm-up: everything, every step
+    assert adaptive[2] < 0.5 * full[0] and adaptive[3] < 0.5 * full[0]  # steps 3, 4: critical only
+    assert adaptive[4] >= full[0]  # step 5 = warm-up end + H: critical grads + non-critical params
+
+
+def test_the_throttle_holds_three_rates_and_follows_a_live_allocation(
+    tmp_path: Path, redis_url: str
+) -> None:
+    result = run_check("throttle", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="50")
+    for rate in ("50", "100", "200"):
+        assert result[rate] == pytest.approx(1.0, abs=0.05), rate  # achieved/allocated within 5%
+    assert result["live"] == pytest.approx([1.0, 1.0], abs=0.05)
+
+
+def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    result = run_check("drift", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="51")
+    trail = {row["step"]: row for row in result["trail"]}
+    assert trail[12]["drift"] > 0.5 and trail[12]["enhanced"] == 1.0  # the LR spike on rank 1
+    assert all(row["drift"] < 0.5 for s, row in trail.items() if s != 12)
+    assert result["raised"] == result["cleared"] == 1
+    raised, cleared = alarms(r, "51")
+    assert (raised["kind"], raised["state"], raised["step"], raised["threshold"]) == (
+        "sync_drift",
+        "raised",
+        12,
+        0.5,
+    )
+    assert raised["value"] > 0.5
+    assert (cleared["state"], cleared["step"]) == ("cleared", 13)
+
+
+def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    result = run_check("fault", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="52")
+    assert result["failed_at"] == [
+        10,
+        10,
+    ]  # degraded from step 3, escalated after 8 steps, on both ranks
+    assert result["chunks"][:2] == [262144.0, 262144.0] and result["chunks"][-1] == 65536.0
+    [raised] = alarms(r, "52")
+    assert (raised["kind"], raised["state"], raised["step"]) == ("link_degraded", "raised", 3)
+    assert raised["value"] > raised["threshold"] == 0.1

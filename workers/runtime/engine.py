@@ -1,0 +1,217 @@
+"""The communication engine: every gradient collective of a wrapped model runs here.
+
+One background thread per rank owns a process group of its own (STACK-NOTES 3: a thread
+that issues collectives must not share a group with the main thread, whose collectives it
+could interleave with). A DDP comm hook only enqueues its bucket and returns a Future that
+this thread completes later, so the autograd thread never blocks and callbacks never wait.
+
+Per transfer the thread
+  1. fuses small buckets and splits large ones into chunks of ``chunk_bytes`` (fusion waits
+     for the next bucket until the chunk is full or DDP says the bucket is the last one, a
+     rule that depends only on bucket sizes, so every rank issues the same collectives),
+  2. applies the fault injector's extra delay when a fault is active on this rank,
+  3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG),
+  4. paces: sleeps until a link of the throttle's rate would have delivered the wire bytes.
+
+``chunk_bytes`` changes only between steps, from values every rank agreed on (see
+``health.LinkHealth``), never from a rank's local timing mid-step: ranks disagreeing on a
+chunk size would issue mismatched collectives and hang.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from workers.runtime.faults import FaultSpec
+from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
+from workers.runtime.throttle import TokenBucket
+
+MIN_CHUNK_BYTES = 64 * 1024
+MAX_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class _Pace:
+    done: torch.futures.Future[torch.Tensor]  # a torch hook's Future, already completed
+    out: torch.futures.Future[torch.Tensor]
+    started: float
+    payload_bytes: int
+    wire_bytes: int
+
+
+@dataclass
+class _Job:
+    tensor: torch.Tensor
+    future: torch.futures.Future[torch.Tensor]
+    flush: bool  # last bucket of the step (or a standalone collective): send what is pending
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class CommEngine:
+    """Background all-reduce with fusion, chunking, fault injection and pacing."""
+
+    def __init__(
+        self,
+        *,
+        group: dist.ProcessGroup,
+        pacer: TokenBucket,
+        stats: CommStats,
+        rank: int,
+        chunk_bytes: int = 1024 * 1024,
+        fault: FaultSpec | None = None,
+        step_fn: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.pacer = pacer
+        self.stats = stats
+        self.rank = rank
+        self.chunk_bytes = chunk_bytes
+        self.fault = fault
+        self._step_fn = step_fn
+        self._queue: queue.SimpleQueue[_Job | _Pace | None] = queue.SimpleQueue()
+        self._pending: list[_Job] = []
+        # Per-step link figures (read and reset by pop_link_stats on the main thread).
+        self._lock = threading.Lock()
+        self._max_wait_in_collective = 0.0
+        self._chunk_times: list[float] = []
+        self._last_flush_submitted: float | None = None
+        self._thread = threading.Thread(target=self._run, name="synclane-comm", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- API
+
+    def submit(self, tensor: torch.Tensor, *, flush: bool) -> torch.futures.Future[torch.Tensor]:
+        """Queue ``tensor`` for an in-place SUM all-reduce; the Future yields the tensor."""
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        self._queue.put(_Job(tensor, fut, flush))
+        return fut
+
+    def pace_after(
+        self,
+        fut: torch.futures.Future[torch.Tensor],
+        *,
+        started: float,
+        payload_bytes: int,
+        wire_bytes: int,
+    ) -> torch.futures.Future[torch.Tensor]:
+        """Return a Future completed once ``fut`` is done *and* its wire bytes are paced.
+
+        For torch's own hooks, whose collectives we do not issue: the ``then()`` callback
+        only enqueues (never blocks); the engine thread does the sleeping.
+        """
+        out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+        def enqueue(done: torch.futures.Future[torch.Tensor]) -> None:
+            self._queue.put(_Pace(done, out, started, payload_bytes, wire_bytes))
+
+        fut.then(enqueue)
+        return out
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """SUM-all-reduce ``tensor`` in place on the engine's thread and wait (main thread only)."""
+        return self.submit(tensor, flush=True).wait()
+
+    def set_chunk_bytes(self, nbytes: int) -> None:
+        self.chunk_bytes = int(min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, nbytes)))
+
+    def pop_link_stats(self) -> dict[str, float]:
+        """Return and reset this step's link figures.
+
+        ``sync_delay_s``: longest time one collective spent inside the all-reduce call (on an
+        unthrottled transport that is mostly waiting for a late peer: pacing happens after the
+        call); ``chunk_jitter_s``: std of per-chunk durations;
+        ``last_submit``: perf_counter time the step's final bucket was handed over.
+        """
+        with self._lock:
+            times, self._chunk_times = self._chunk_times, []
+            longest, self._max_wait_in_collective = self._max_wait_in_collective, 0.0
+            last, self._last_flush_submitted = self._last_flush_submitted, None
+        mean = sum(times) / len(times) if times else 0.0
+        jitter = math.sqrt(sum((t - mean) ** 2 for t in times) / len(times)) if times else 0.0
+        return {
+            "sync_delay_s": longest,
+            "chunk_jitter_s": jitter,
+            "last_submit": last if last is not None else 0.0,
+        }
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # ---------------------------------------------------------------- thread
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if isinstance(job, _Pace):
+                self._finish_paced(job)
+                continue
+            self._pending.append(job)
+            size = sum(j.tensor.numel() * j.tensor.element_size() for j in self._pending)
+            if job.flush or size >= self.chunk_bytes:
+                if job.flush:
+                    with self._lock:
+                        self._last_flush_submitted = job.submitted
+                batch, self._pending = self._pending, []
+                try:
+                    self._reduce(batch)
+                except Exception as exc:  # surfaces in DDP's backward on the training thread
+                    for j in batch:
+                        j.future.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
+                else:
+                    for j in batch:
+                        j.future.set_result(j.tensor)
+
+    def _finish_paced(self, job: _Pace) -> None:
+        try:
+            value: object = job.done.value()
+        except Exception as exc:
+            job.out.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
+            return
+        self.pacer.acquire(job.wire_bytes, started=job.started)
+        self.stats.completed(
+            job.started, payload_bytes=job.payload_bytes, wire_bytes=job.wire_bytes
+        )
+        with self._lock:
+            self._chunk_times.append(time.perf_counter() - job.started)
+        tensor = value[0] if isinstance(value, list) else value
+        assert isinstance(tensor, torch.Tensor)
+        job.out.set_result(tensor)
+
+    def _reduce(self, batch: list[_Job]) -> None:
+        tensors = [j.tensor for j in batch]
+        flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
+        flat_view = flat.reshape(-1)
+        per_chunk = max(1, self.chunk_bytes // flat_view.element_size())
+        for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
+            self._reduce_chunk(flat_view[start : start + per_chunk])
+        if len(tensors) > 1:
+            offset = 0
+            for t in tensors:
+                n = t.numel()
+                t.copy_(flat_view[offset : offset + n].view_as(t))
+                offset += n
+
+    def _reduce_chunk(self, chunk: torch.Tensor) -> None:
+        fault = self.fault
+        step = self._step_fn()
+        if fault is not None and fault.delay_s > 0 and fault.active(self.rank, step):
+            time.sleep(fault.delay_s)
+        payload = chunk.numel() * chunk.element_size()
+        wire = ring_allreduce_wire_bytes(payload, self.world_size)
+        started = self.stats.launched()
+        dist.all_reduce(chunk, group=self.group)
+        inside = time.perf_counter() - started
+        self.pacer.acquire(wire, started=started)
+        self.stats.completed(started, payload_bytes=payload, wire_bytes=wire)
+        with self._lock:
+            self._max_wait_in_collective = max(self._max_wait_in_collective, inside)
+            self._chunk_times.append(time.perf_counter() - started)

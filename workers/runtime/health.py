@@ -1,0 +1,140 @@
+"""Link health: per-step link figures, adaptive chunk size (AIMD), ``link_degraded`` alarms.
+
+Inputs are the figures every rank shared in the session's per-step all-reduce, so all
+ranks take identical decisions (chunk size must match across ranks or collectives would
+mismatch). The ladder on a slow link:
+
+1. a step whose worst sync delay (time a rank sat inside a collective, mostly waiting for a
+   late peer) or comm-time jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the
+   chunk size (multiplicative decrease) and raise ``link_degraded`` once;
+2. healthy steps grow the chunk again (additive increase); ``clear_after`` healthy steps in a
+   row clear the alarm;
+3. ``escalate_after`` degraded steps in a row raise ``LinkFailure`` on every rank at the same
+   step, after the optimizer step, so the run can checkpoint and exit cleanly
+   (``EXIT_LINK_FAILED``) and the supervisor restart it.
+
+Not done: re-issuing one slow transfer. Gloo cannot cancel or retry an in-flight collective
+without rebuilding the process group (STACK-NOTES 3), so the ladder starts at "shrink".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from workers.runtime import protocol as p
+from workers.runtime.engine import CommEngine
+from workers.runtime.reporter import Reporter
+
+CHUNK_STEP_BYTES = 128 * 1024
+
+
+class LinkFailure(RuntimeError):
+    """The link stayed degraded past escalation; checkpoint and exit with EXIT_LINK_FAILED."""
+
+    exit_code = p.EXIT_LINK_FAILED
+
+
+class LinkHealth:
+    """Decides chunk size and link alarms from agreed per-step link figures."""
+
+    __slots__ = (
+        "engine",
+        "threshold_s",
+        "reporter",
+        "escalate_after",
+        "clear_after",
+        "max_chunk_bytes",
+        "degraded_steps",
+        "healthy_steps",
+        "alarmed",
+        "jitter_s",
+        "sync_delay_s",
+        "_delays",
+    )
+
+    def __init__(
+        self,
+        *,
+        engine: CommEngine,
+        threshold_s: float,
+        reporter: Reporter | None,
+        escalate_after: int = 8,
+        clear_after: int = 3,
+    ) -> None:
+        self.engine = engine
+        self.threshold_s = threshold_s
+        self.reporter = reporter
+        self.escalate_after = escalate_after
+        self.clear_after = clear_after
+        self.max_chunk_bytes = engine.chunk_bytes
+        self.degraded_steps = 0
+        self.healthy_steps = 0
+        self.alarmed = False
+        self.jitter_s = 0.0
+        self.sync_delay_s = 0.0
+        self._delays: deque[float] = deque(maxlen=8)
+
+    def update(self, *, step: int, sync_delays: Sequence[float]) -> None:
+        """Take one step's agreed per-rank sync delays; may raise ``LinkFailure``.
+
+        Jitter is the standard deviation of the worst sync delay over the last 8 steps (not
+        of comm time, which legitimately swings when a periodic global average runs).
+        """
+        worst = max(range(len(sync_delays)), key=lambda r: sync_delays[r]) if sync_delays else 0
+        self.sync_delay_s = sync_delays[worst] if sync_delays else 0.0
+        self._delays.append(self.sync_delay_s)
+        self.jitter_s = _std(self._delays)
+        value = max(self.sync_delay_s, self.jitter_s)
+        if value > self.threshold_s:
+            self._degraded(step, value, worst)
+        else:
+            self._healthy(step, value)
+
+    def _degraded(self, step: int, value: float, worst: int) -> None:
+        self.degraded_steps += 1
+        self.healthy_steps = 0
+        self.engine.set_chunk_bytes(self.engine.chunk_bytes // 2)
+        if not self.alarmed:
+            self.alarmed = True
+            self._alarm(
+                step,
+                value,
+                "raised",
+                f"rank {worst} waited {self.sync_delay_s:.3f}s in a collective (jitter {self.jitter_s:.3f}s); "
+                f"chunks shrunk to {self.engine.chunk_bytes} B",
+            )
+        if self.degraded_steps >= self.escalate_after:
+            raise LinkFailure(
+                f"link degraded for {self.degraded_steps} steps (worst {value:.3f}s > {self.threshold_s}s)"
+            )
+
+    def _healthy(self, step: int, value: float) -> None:
+        self.degraded_steps = 0
+        self.healthy_steps += 1
+        if self.engine.chunk_bytes < self.max_chunk_bytes:
+            self.engine.set_chunk_bytes(
+                min(self.max_chunk_bytes, self.engine.chunk_bytes + CHUNK_STEP_BYTES)
+            )
+        if self.alarmed and self.healthy_steps >= self.clear_after:
+            self.alarmed = False
+            self._alarm(step, value, "cleared", "link healthy again")
+
+    def _alarm(self, step: int, value: float, state: str, detail: str) -> None:
+        if self.reporter is not None and self.reporter.is_metrics_rank:
+            self.reporter.alarm(
+                p.ALARM_LINK_DEGRADED,
+                value=value,
+                threshold=self.threshold_s,
+                step=step,
+                state=state,
+                detail=detail,
+            )
+
+
+def _std(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

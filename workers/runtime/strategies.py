@@ -1,0 +1,417 @@
+"""Sync strategies behind ``wrap()``: ``full``, ``adaptive``, ``powersgd``, ``localsgd`` (+ ``none``).
+
+Each strategy registers one DDP comm hook and may act after each optimizer step with the
+per-step table every rank agreed on (``Session._agree``): one row per rank, columns
+``COLUMNS``. Decisions taken from that table are identical on every rank, which is what
+keeps the ranks' collectives matched.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as localsgd
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from torch.nn.parallel import DistributedDataParallel
+
+from workers.runtime import protocol as p
+from workers.runtime.config import RuntimeConfig
+from workers.runtime.drift import DriftMonitor, relative_distance
+from workers.runtime.engine import CommEngine
+from workers.runtime.hooks.adaptive import SelectiveState, selective_hook
+from workers.runtime.hooks.wrappers import (
+    EngineHookState,
+    PacedTorchHookState,
+    engine_allreduce_hook,
+    noop_hook,
+    paced_torch_hook,
+)
+from workers.runtime.reporter import Reporter
+from workers.runtime.stats import ring_allreduce_wire_bytes
+
+# Columns of the agreed per-step table.
+COLUMNS = ("drift", "grad_norm", "sync_delay_s", "loss", "step_time_s", "rate_Bps")
+COL = {name: i for i, name in enumerate(COLUMNS)}
+
+# Parameters whose name matches are critical by default: attention projections.
+CRITICAL_NAME = re.compile(
+    r"(^|\.)(attn|attention|self_attn)(\.|$)|(q_proj|k_proj|v_proj|out_proj|qkv)"
+)
+
+# Share of a step's time that periodic parameter averaging may use on the current link;
+# H grows when averaging would exceed it (the allocation bound on H).
+AVERAGING_BUDGET = 0.25
+# Extra bytes, as a share of all parameter bytes, that promoted (non-attention) params may add.
+PROMOTION_BUDGET = 0.10
+
+
+class Strategy:
+    """Base: register a hook; optionally act after each optimizer step."""
+
+    name = "base"
+
+    def __init__(self, *, engine: CommEngine, config: RuntimeConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.world_size = engine.world_size
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        raise NotImplementedError
+
+    def pop_grad_sq(self) -> float:
+        """Return this rank's local squared gradient norm of the step and reset it."""
+        return 0.0
+
+    def local_drift(self) -> float:
+        """Return this rank's drift from the last globally synced weights (0: always synced)."""
+        return 0.0
+
+    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
+        """Act on the agreed table after optimizer step ``step``; return figures to report."""
+        return {}
+
+    def synchronize(self) -> None:
+        """Make all replicas identical now (average parameters); no-op when always in sync."""
+
+
+class Full(Strategy):
+    """Plain data parallel: every gradient averaged every step, through the engine."""
+
+    name = p.SYNC_FULL
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        self.state = EngineHookState(engine=self.engine)
+        ddp.register_comm_hook(self.state, engine_allreduce_hook)
+
+    def pop_grad_sq(self) -> float:
+        value, self.state.grad_sq = self.state.grad_sq, 0.0
+        return value
+
+
+class NoComm(Strategy):
+    """Benchmark ceiling only: no gradient communication at all (replicas diverge)."""
+
+    name = p.SYNC_NONE
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        ddp.register_comm_hook(None, noop_hook)
+
+
+class PowerSGD(Strategy):
+    """torch's PowerSGD hook (rank ``powersgd_rank``, error feedback, warm start), paced."""
+
+    name = p.SYNC_POWERSGD
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        inner = powersgd.PowerSGDState(
+            process_group=self.engine.group,
+            matrix_approximation_rank=self.config.powersgd_rank,
+            start_powerSGD_iter=max(2, self.config.warmup_steps),
+            random_seed=0,
+        )
+        self.state = PacedTorchHookState(engine=self.engine, inner=inner)
+        ddp.register_comm_hook(self.state, paced_torch_hook)
+
+    def pop_grad_sq(self) -> float:
+        value, self.state.grad_sq = self.state.grad_sq, 0.0
+        return value
+
+
+class LocalSGD(Strategy):
+    """torch's post-local-SGD hook + ``PeriodicModelAverager`` every ``sync_period`` steps.
+
+    After warm-up, gradients stay local (``post_local_gradient_allreduce=False``: a subgroup
+    of one rank, which also avoids the implicit per-node subgroup that fails on CPU), and the
+    parameters are averaged globally every H steps. The averager's all-reduce is paced after
+    it ran, on the main thread, while the engine is idle between steps.
+    """
+
+    name = p.SYNC_LOCALSGD
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        inner = localsgd.PostLocalSGDState(  # type: ignore[no-untyped-call]
+            process_group=self.engine.group,
+            subgroup=None,
+            start_localSGD_iter=self.config.warmup_steps,
+            post_local_gradient_allreduce=False,
+        )
+        self.state = PacedTorchHookState(engine=self.engine, inner=inner)
+        ddp.register_comm_hook(self.state, paced_torch_hook)
+        self.params = [q for q in ddp.module.parameters() if q.requires_grad]
+        self.averager = PeriodicModelAverager(
+            period=self.config.sync_period,
+            warmup_steps=self.config.warmup_steps,
+            process_group=self.engine.group,
+        )
+        self.synced = [q.detach().clone() for q in self.params]
+
+    def pop_grad_sq(self) -> float:
+        value, self.state.grad_sq = self.state.grad_sq, 0.0
+        return value
+
+    def local_drift(self) -> float:
+        return relative_distance(_flat(self.params), _flat(self.synced))
+
+    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
+        a = self.averager
+        due = a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
+        if not due:
+            a.step += 1
+            return {"sync_period": float(a.period)}
+        payload = sum(q.numel() * q.element_size() for q in self.params)
+        started = self.engine.stats.launched()
+        a.average_parameters(self.params)
+        self.engine.pacer.acquire(
+            ring_allreduce_wire_bytes(payload, self.world_size), started=started
+        )
+        self.engine.stats.completed(
+            started,
+            payload_bytes=payload,
+            wire_bytes=ring_allreduce_wire_bytes(payload, self.world_size),
+        )
+        self.synced = [q.detach().clone() for q in self.params]
+        return {"sync_period": float(a.period)}
+
+    def synchronize(self) -> None:
+        _average(self.engine, self.params)
+
+
+class Adaptive(Strategy):
+    """Adaptive selective sync.
+
+    * **Critical** parameters (attention projections by default, plus parameters promoted by
+      score) have their gradients averaged globally every step in the comm hook.
+    * **Non-critical** parameters keep their local gradient and are averaged as parameters
+      every H steps. H follows AdaComm: ``H = ceil(H0 * sqrt(loss / loss0))`` (shrinks as
+      the loss falls), bounded below by the allocation (averaging may take at most
+      ``AVERAGING_BUDGET`` of a step's time on the current link) and above by
+      ``max_sync_period``.
+    * **Score**: at each global sync, each non-critical parameter's relative movement since
+      the last sync (its update-to-weight ratio over H steps, averaged across ranks in the
+      same all-reduce as the parameters) divided by its bytes. The highest-scoring ones are
+      promoted to critical while their bytes fit in ``PROMOTION_BUDGET``; scores decay by
+      half per sync while a parameter is critical, so promotion is re-evaluated as training goes.
+    * **Drift**: distance of non-critical parameters from their last synced copy; above the
+      threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
+    * **Optimizer state**: critical parameters get identical gradients, so their optimizer
+      moments stay identical on all ranks. Non-critical parameters keep per-rank moments, as
+      in torch's post-local-SGD: they are statistics of local gradients, and averaging them
+      would double the averaging traffic. When a parameter is promoted, its optimizer state
+      is averaged once (with the parameters), so critical replicas are identical from then on.
+    * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
+    """
+
+    name = p.SYNC_ADAPTIVE
+
+    def __init__(
+        self,
+        *,
+        engine: CommEngine,
+        config: RuntimeConfig,
+        reporter: Reporter | None,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
+        super().__init__(engine=engine, config=config)
+        self.reporter = reporter
+        self.optimizer = optimizer
+        self.drift = DriftMonitor(threshold=config.drift_threshold, reporter=reporter)
+        self.period = config.sync_period
+        self.last_sync_step = 0
+        self.loss0: float | None = None
+        self.loss_ema: float | None = None
+        self.scores: dict[str, float] = {}
+
+    def register(self, ddp: DistributedDataParallel) -> None:
+        self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
+        self.base_critical = {n for n, _ in self.named if CRITICAL_NAME.search(n)}
+        self.critical_names = set(self.base_critical)
+        self.total_bytes = sum(q.numel() * q.element_size() for _, q in self.named)
+        self.state = SelectiveState(engine=self.engine, critical=self._ids(self.critical_names))
+        ddp.register_comm_hook(self.state, selective_hook)
+        self._snapshot()
+
+    # ------------------------------------------------------------ per step
+
+    def pop_grad_sq(self) -> float:
+        value, self.state.grad_sq = self.state.grad_sq, 0.0
+        return value
+
+    def local_drift(self) -> float:
+        if self.state.sync_all or not self.noncritical:
+            return 0.0
+        return relative_distance(_flat(self.noncritical_params()), self.synced)
+
+    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
+        losses = [v for v in table[:, COL["loss"]].tolist() if math.isfinite(v)]
+        if losses:
+            mean = sum(losses) / len(losses)
+            self.loss_ema = mean if self.loss_ema is None else 0.8 * self.loss_ema + 0.2 * mean
+        if step < self.config.warmup_steps:
+            return self._figures()
+        if self.state.sync_all:  # warm-up ends: replicas are identical, start selective sync
+            self.state.sync_all = False
+            self.loss0 = self.loss_ema
+            self.last_sync_step = step
+            self._snapshot()
+            return self._figures()
+        enhancing = self.drift.update(
+            step=step,
+            drifts=table[:, COL["drift"]].tolist(),
+            grad_norms=table[:, COL["grad_norm"]].tolist(),
+            losses=losses,
+        )
+        if enhancing or step - self.last_sync_step >= self.period:
+            self._global_sync(step)
+            self._adapt_period(table)
+        return self._figures()
+
+    def synchronize(self) -> None:
+        _average(self.engine, [q for _, q in self.named])
+        self._snapshot()
+
+    # ------------------------------------------------------------ internals
+
+    def noncritical_params(self) -> list[torch.Tensor]:
+        return [q for n, q in self.named if n in self.noncritical]
+
+    def _ids(self, names: set[str]) -> set[int]:
+        return {id(q) for n, q in self.named if n in names}
+
+    def _snapshot(self) -> None:
+        self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
+        params = self.noncritical_params()
+        self.synced = _flat(params).clone() if params else torch.zeros(0)
+
+    def _global_sync(self, step: int) -> None:
+        """Average non-critical params (+ their movement scores) in one paced all-reduce."""
+        params = self.noncritical_params()
+        moved = torch.tensor(
+            [
+                relative_distance(q.detach().reshape(-1), s)
+                for q, s in zip(params, self._split_synced(params), strict=True)
+            ],
+            dtype=params[0].dtype if params else torch.float32,
+        )
+        flat = torch.cat([_flat(params), moved]) if params else moved
+        flat.div_(self.world_size)
+        self.engine.allreduce(flat)
+        offset = 0
+        with torch.no_grad():
+            for q in params:
+                q.copy_(flat[offset : offset + q.numel()].view_as(q))
+                offset += q.numel()
+        for name, score in zip(self.noncritical, flat[offset:].tolist(), strict=True):
+            self.scores[name] = score
+        self.last_sync_step = step
+        self._reclassify()
+        self._snapshot()
+
+    def _split_synced(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        out, offset = [], 0
+        for q in params:
+            out.append(self.synced[offset : offset + q.numel()])
+            offset += q.numel()
+        return out
+
+    def _reclassify(self) -> None:
+        """Promote the highest movement-per-byte parameters within the promotion budget."""
+        for name in self.critical_names - self.base_critical:
+            self.scores[name] = self.scores.get(name, 0.0) * 0.5
+        sizes = {n: q.numel() * q.element_size() for n, q in self.named}
+        budget = PROMOTION_BUDGET * self.total_bytes
+        candidates = sorted(
+            (n for n in self.scores if n not in self.base_critical),
+            key=lambda n: self.scores[n] / sizes[n],
+            reverse=True,
+        )
+        promoted: set[str] = set()
+        threshold = self.config.drift_threshold
+        for name in candidates:
+            if self.scores[name] > threshold and sizes[name] <= budget:
+                promoted.add(name)
+                budget -= sizes[name]
+        new_critical = self.base_critical | promoted
+        newly = new_critical - self.critical_names
+        if newly:
+            self._average_optimizer_state(newly)
+        self.critical_names = new_critical
+        self.state.set_critical(self._ids(new_critical))
+
+    def _average_optimizer_state(self, names: set[str]) -> None:
+        if self.optimizer is None:
+            return
+        tensors = [
+            v
+            for n, q in self.named
+            if n in names
+            for v in self.optimizer.state.get(q, {}).values()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0
+        ]
+        _average(self.engine, tensors)
+
+    def _adapt_period(self, table: torch.Tensor) -> None:
+        h0 = self.config.sync_period
+        ada = h0
+        if self.loss0 and self.loss_ema is not None and self.loss0 > 0:
+            ada = math.ceil(h0 * math.sqrt(max(self.loss_ema, 0.0) / self.loss0))
+        rates = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
+        step_time = max(table[:, COL["step_time_s"]].tolist())
+        bound = 1
+        if rates and step_time > 0:
+            wire = ring_allreduce_wire_bytes(int(self.synced.numel() * 4), self.world_size)
+            bound = math.ceil(wire / (min(rates) * AVERAGING_BUDGET * step_time))
+        self.period = int(min(self.config.max_sync_period, max(1, ada, bound)))
+
+    def _figures(self) -> dict[str, float]:
+        critical = sum(q.numel() for n, q in self.named if n in self.critical_names)
+        return {
+            "sync_period": float(1 if self.drift.enhancing else self.period),
+            "drift": self.drift.last_drift,
+            "grad_norm_var": self.drift.grad_norm_var,
+            "loss_descent_rate": self.drift.loss_rate,
+            "critical_fraction": critical / max(1, sum(q.numel() for _, q in self.named)),
+            "sync_enhanced": float(self.drift.enhancing),
+        }
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in tensors]) if tensors else torch.zeros(0)
+
+
+def _average(engine: CommEngine, tensors: Sequence[torch.Tensor]) -> None:
+    """Average ``tensors`` across ranks in place with one paced all-reduce."""
+    if not tensors:
+        return
+    flat = _flat(tensors).div_(engine.world_size)
+    engine.allreduce(flat)
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
+def build(
+    *,
+    engine: CommEngine,
+    config: RuntimeConfig,
+    reporter: Reporter | None,
+    optimizer: torch.optim.Optimizer | None,
+) -> Strategy:
+    """Return the strategy ``config.sync`` names."""
+    if config.sync == p.SYNC_ADAPTIVE:
+        return Adaptive(engine=engine, config=config, reporter=reporter, optimizer=optimizer)
+    classes: dict[str, type[Strategy]] = {
+        p.SYNC_FULL: Full,
+        p.SYNC_POWERSGD: PowerSGD,
+        p.SYNC_LOCALSGD: LocalSGD,
+        p.SYNC_NONE: NoComm,
+    }
+    return classes[config.sync](engine=engine, config=config)
+
+
+__all__ = ["COLUMNS", "Adaptive", "Full", "LocalSGD", "NoComm", "PowerSGD", "Strategy", "build"]
