@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from . import reasons
 from .fairshare import share
 from .preemption import Preemptor
-from .quota import BANDWIDTH, SLOTS, Ledger
+from .quota import SLOTS, Ledger
 from .types import (
     Admission,
     JobRequest,
@@ -122,7 +122,7 @@ class _Pass:
 
     def _record(self, job: JobRequest, victims: list[RunningJob]) -> None:
         account = self.ledger.account(job.tenant)
-        slots, bandwidth = account.dims[SLOTS], account.dims[BANDWIDTH]
+        slots = account.dims[SLOTS]
         self.outcome.admitted.append(job)
         self.outcome.admissions.append(
             Admission(
@@ -130,7 +130,6 @@ class _Pass:
                 tenant=job.tenant,
                 slots=job.slots,
                 borrowed_slots=round(slots.borrowed_at(slots.used)),
-                borrowed_bps=bandwidth.borrowed_at(bandwidth.used),
                 preempts=tuple(v.id for v in victims),
                 reason=reasons.admitted(account, len(victims)),
             )

@@ -2,8 +2,8 @@
 
 A tenant's share is a pair, compared in order, lowest first:
 
-1. its *borrowing share*, as Kueue computes it: over slots and floors, the largest ratio of what
-   it uses above nominal to what its cohort can lend, divided by its weight. Tenants within
+1. its *borrowing share*, as Kueue computes it: the slots it uses above nominal over the slots
+   its cohort can lend, divided by its weight (floors are never borrowed, see :mod:`.quota`). Tenants within
    their quota all have 0 and go before any borrower; among borrowers the one that borrows least
    (relative to its weight) goes first.
 2. its *dominant share* of the cluster (DRF): the larger of its slots over cluster slots and its
@@ -13,19 +13,16 @@ A tenant's share is a pair, compared in order, lowest first:
 
 from __future__ import annotations
 
-from .quota import RESOURCES, Account, Ledger
+from .quota import RESOURCES, SLOTS, Account, Ledger
 
 
 def share(account: Account, ledger: Ledger) -> tuple[float, float]:
     """Return (borrowing share, dominant share), both already divided by the tenant's weight."""
     weight = account.quota.weight
     borrowing = 0.0
-    if account.pools is not None:
-        for r in RESOURCES:
-            capacity = account.pools[r].capacity
-            dim = account.dims[r]
-            if capacity > 0:
-                borrowing = max(borrowing, dim.borrowed_at(dim.used) / capacity)
+    slots = account.dims[SLOTS]
+    if slots.pool is not None and slots.pool.capacity > 0:
+        borrowing = slots.borrowed_at(slots.used) / slots.pool.capacity
     dominant = 0.0
     for r in RESOURCES:
         if ledger.capacity[r] > 0:

@@ -3,8 +3,8 @@
 Two rules, as in Kueue:
 
 1. *Reclaim within a cohort*: a job whose tenant stays at or below its nominal quota (slots and
-   floors) after admission may preempt jobs of cohort peers that are borrowing (using more than
-   their nominal), whatever their priority: lent quota is returned on demand. A peer's jobs are
+   floors) after admission may preempt jobs of cohort peers that are borrowing (holding more
+   slots than their nominal), whatever their priority: lent quota is returned on demand. A peer's jobs are
    taken newest first, and only while the peer still borrows, because the newest jobs are the
    ones running on borrowed quota. These victims are tried before rule 2's.
 2. *Priority within a tenant*: a job may preempt running jobs of its own tenant with a strictly
@@ -154,7 +154,7 @@ def over_quota(snapshot: Snapshot) -> tuple[Preemption, ...]:
 
     1. each tenant above nominal + borrowing limit, or above max running jobs: its own jobs,
        lowest priority first, then newest;
-    2. each cohort that borrows more than its members can lend: the newest job of the member
+    2. each cohort that borrows more slots than its members can lend: the newest job of the member
        that borrows most (relative to its weight), until the cohort balances;
     3. a cluster holding more slots or floors than it has (a node left): lowest priority first,
        then newest, across all tenants.
@@ -186,8 +186,8 @@ def over_quota(snapshot: Snapshot) -> tuple[Preemption, ...]:
             if not account.above_limits():
                 break
             take(job, f"tenant {name} is above its lowered quota")
-    for cohort, pools in sorted(ledger.pools.items()):
-        while any(pool.borrowed > pool.lendable + EPSILON for pool in pools):
+    for cohort, pool in sorted(ledger.pools.items()):
+        while pool.borrowed > pool.lendable + EPSILON:
             members = [a for a in ledger.accounts.values() if a.cohort == cohort and a.borrowing()]
             if not members:
                 break

@@ -19,12 +19,12 @@ def _slots(account: Account) -> str:
     return f"tenant {account.name} at {dim.used:.0f}/{dim.nominal:.0f} slots"
 
 
-def _lendable(account: Account, r: int) -> float:
-    """How much more of resource ``r`` the tenant could still borrow (for display)."""
-    dim = account.dims[r]
-    if account.pools is None:
+def _lendable(account: Account) -> float:
+    """How many more slots the tenant could still borrow (for display)."""
+    dim = account.dims[SLOTS]
+    pool = dim.pool
+    if pool is None:
         return 0.0
-    pool = account.pools[r]
     idle = pool.lendable - dim.lendable_at(dim.used) - pool.borrowed + dim.borrowed_at(dim.used)
     return max(0.0, min(dim.borrow_limit - dim.borrowed_at(dim.used), idle))
 
@@ -43,7 +43,7 @@ def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -
     if code is WaitCode.TENANT_SLOTS:
         return f"{_slots(account)}, needs {job.slots}"
     if code is WaitCode.COHORT_SLOTS:
-        lend = _lendable(account, SLOTS)
+        lend = _lendable(account)
         return f"{_slots(account)}, needs {job.slots}; cohort {account.cohort} can lend {lend:.0f}"
     if code is WaitCode.CLUSTER_SLOTS:
         used, capacity = ledger.used[SLOTS], ledger.capacity[SLOTS]
@@ -51,12 +51,6 @@ def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -
     reserved = f"{bandwidth(bw.used)}/{bandwidth(bw.nominal)} of floors reserved"
     if code is WaitCode.TENANT_BANDWIDTH:
         return f"floor {floor} cannot be guaranteed: tenant {account.name} has {reserved}"
-    if code is WaitCode.COHORT_BANDWIDTH:
-        more = bandwidth(_lendable(account, BANDWIDTH))
-        return (
-            f"floor {floor} cannot be guaranteed: tenant {account.name} has {reserved}; "
-            f"cohort {account.cohort} can lend {more}"
-        )
     if code is WaitCode.CLUSTER_BANDWIDTH:
         fabric = f"{bandwidth(ledger.used[BANDWIDTH])}/{bandwidth(ledger.capacity[BANDWIDTH])}"
         return f"floor {floor} cannot be guaranteed: fabric has {fabric} of floors reserved"

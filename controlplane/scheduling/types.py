@@ -182,8 +182,7 @@ class WaitCode(enum.StrEnum):
     TENANT_SLOTS = "tenant_slots"  # over the tenant's nominal slots and it cannot borrow
     COHORT_SLOTS = "cohort_slots"  # borrowing limit reached or no idle slots in the cohort
     CLUSTER_SLOTS = "cluster_slots"  # not enough free slots in the cluster
-    TENANT_BANDWIDTH = "tenant_bandwidth"  # floor over the tenant's bandwidth quota
-    COHORT_BANDWIDTH = "cohort_bandwidth"  # floor needs bandwidth the cohort cannot lend
+    TENANT_BANDWIDTH = "tenant_bandwidth"  # floors over the tenant's nominal bandwidth
     CLUSTER_BANDWIDTH = "cluster_bandwidth"  # floors of running jobs fill the fabric
     BLOCKED_BY_HEAD = "blocked_by_head"  # behind a head that does not fit in a StrictFIFO queue
 
@@ -197,7 +196,7 @@ class Admission:
     tenant: str
     slots: int
     borrowed_slots: int  # how many of the tenant's slots are above nominal after admission
-    borrowed_bps: float  # same for reserved bandwidth floors
+    # (floors are never borrowed: they come from the tenant's own nominal bandwidth)
     preempts: tuple[str, ...]
     reason: str
 

@@ -186,3 +186,9 @@ def test_it_reports_usage_for_every_tenant() -> None:
     assert (usage.slots_used, usage.running_jobs, usage.floor_bps_reserved) == (3, 1, GBIT)
     assert usage.bandwidth_bps == pytest.approx(10 * GBIT)
     assert decision.usage["idle"].slots_used == 0
+
+
+def test_it_reserves_floors_from_the_tenant_own_bandwidth_never_from_the_cohort() -> None:
+    tenants = [tenant("vision", gbps=1, cohort="lab"), tenant("nlp", gbps=10, cohort="lab")]
+    decision = decide(tenants, [job("a", "vision", bandwidth_floor_bps=2 * GBIT)])
+    assert decision.waiting["a"].code is WaitCode.TOO_LARGE

@@ -77,14 +77,6 @@ def limit(value: float | None) -> float:
     return math.inf if value is None else value
 
 
-def resources(quota: TenantQuota) -> list[tuple[float, float | None, float | None]]:
-    """(nominal, borrowing limit, lending limit) for slots, then for floor bandwidth."""
-    return [
-        (quota.nominal_slots, quota.borrowing_limit_slots, quota.lending_limit_slots),
-        (quota.nominal_bandwidth_bps, quota.borrowing_limit_bps, quota.lending_limit_bps),
-    ]
-
-
 def assert_within_quota(
     cluster: Cluster, tenants: Sequence[TenantQuota], jobs: Sequence[JobRequest]
 ) -> None:
@@ -95,21 +87,21 @@ def assert_within_quota(
         used[job.tenant][1] += job.bandwidth_floor_bps
     assert sum(u[0] for u in used.values()) <= cluster.slots
     assert at_most(sum(u[1] for u in used.values()), cluster.fabric_bps)
-    borrowed: dict[tuple[str, int], float] = {}
-    lendable: dict[tuple[str, int], float] = {}
+    borrowed: dict[str, float] = {}
+    lendable: dict[str, float] = {}
     for quota in tenants:
-        for r, (nominal, borrow_limit, lend_limit) in enumerate(resources(quota)):
-            u = used[quota.name][r]
-            allowed = nominal + (limit(borrow_limit) if quota.cohort else 0.0)
-            assert at_most(u, allowed), f"{quota.name} holds {u} of resource {r} > {allowed}"
-            if quota.cohort is not None:
-                key = (quota.cohort, r)
-                borrowed[key] = borrowed.get(key, 0.0) + max(0.0, u - nominal)
-                lendable[key] = lendable.get(key, 0.0) + min(
-                    limit(lend_limit), max(0.0, nominal - u)
-                )
-    for key, b in borrowed.items():
-        assert at_most(b, lendable[key]), f"cohort {key} borrows {b}, lends {lendable[key]}"
+        slots, floors = used[quota.name]
+        nominal = quota.nominal_slots
+        allowed = nominal + (limit(quota.borrowing_limit_slots) if quota.cohort else 0)
+        assert slots <= allowed, f"{quota.name} holds {slots} slots > {allowed}"
+        # floors come from the tenant's own nominal bandwidth, never from the cohort
+        assert at_most(floors, quota.nominal_bandwidth_bps), f"{quota.name} floors {floors}"
+        if quota.cohort is not None:
+            idle = min(limit(quota.lending_limit_slots), max(0, nominal - slots))
+            borrowed[quota.cohort] = borrowed.get(quota.cohort, 0.0) + max(0, slots - nominal)
+            lendable[quota.cohort] = lendable.get(quota.cohort, 0.0) + idle
+    for cohort, b in borrowed.items():
+        assert b <= lendable[cohort], f"cohort {cohort} borrows {b} slots, lends {lendable[cohort]}"
 
 
 @EXAMPLES
@@ -152,6 +144,31 @@ def test_allocations_stay_within_the_fabric_ceilings_and_meet_every_floor(world)
         assert at_most(job.bandwidth_floor_bps, allocation.bps)
         if job.bandwidth_ceiling_bps is not None:
             assert at_most(allocation.bps, job.bandwidth_ceiling_bps)
+    assert_allocations_within_bandwidth_quota(tenants, after, decision)
+
+
+def assert_allocations_within_bandwidth_quota(
+    tenants: Sequence[TenantQuota], jobs: Sequence[JobRequest], decision: Decision
+) -> None:
+    """No tenant gets more than nominal + borrowing limit (or its floors, if more), and a
+    cohort's members get above nominal no more than the others leave idle (lending limits)."""
+    got = {t.name: 0.0 for t in tenants}
+    floors = {t.name: 0.0 for t in tenants}
+    for job in jobs:
+        got[job.tenant] += decision.allocations[job.id].bps
+        floors[job.tenant] += job.bandwidth_floor_bps
+    above: dict[str, float] = {}
+    idle: dict[str, float] = {}
+    for t in tenants:
+        nominal = t.nominal_bandwidth_bps
+        allowed = nominal + (limit(t.borrowing_limit_bps) if t.cohort else 0.0)
+        assert at_most(got[t.name], max(floors[t.name], allowed))
+        if t.cohort is not None:
+            above[t.cohort] = above.get(t.cohort, 0.0) + max(0.0, got[t.name] - nominal)
+            lend = min(limit(t.lending_limit_bps), max(0.0, nominal - got[t.name]))
+            idle[t.cohort] = idle.get(t.cohort, 0.0) + lend
+    for cohort, borrowed in above.items():
+        assert at_most(borrowed, idle[cohort]), f"cohort {cohort} over-lends bandwidth"
 
 
 @EXAMPLES
