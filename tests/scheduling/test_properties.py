@@ -24,6 +24,7 @@ from controlplane.scheduling import (
     allocate,
     over_quota,
     schedule,
+    water_fill,
 )
 from controlplane.scheduling.admission import queue_order
 from controlplane.scheduling.quota import Ledger
@@ -273,3 +274,27 @@ def test_enforcing_lowered_quotas_brings_every_tenant_back_within_quota(cluster,
     snap = Snapshot(cluster=cluster, tenants=tenants, pending=[], running=holding)
     gone = {p.job_id for p in over_quota(snap)}
     assert_within_quota(cluster, tenants, [j for j in holding if j.id not in gone])
+
+
+@EXAMPLES
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 8), st.integers(0, 10), st.integers(0, 10)),
+        min_size=1,
+        max_size=10,
+    ),
+    st.integers(0, 150),
+)
+def test_water_filling_is_weighted_max_min_fair(specs, total) -> None:  # type: ignore[no-untyped-def]
+    weights = [float(w) for w, _, _ in specs]
+    floors = [float(f) for _, f, _ in specs]
+    caps = [float(f + extra) for _, f, extra in specs]
+    shares = water_fill(weights, floors, caps, float(total))
+    expected = min(max(float(total), sum(floors)), sum(caps))
+    assert math.isclose(sum(shares), expected, rel_tol=1e-9, abs_tol=1e-9)
+    for i, share_i in enumerate(shares):
+        assert floors[i] - 1e-9 <= share_i <= caps[i] + 1e-9
+        for j, share_j in enumerate(shares):
+            # i has less per unit of weight than j: i is capped, or j sits at its floor
+            if share_i / weights[i] < share_j / weights[j] - 1e-9:
+                assert share_i >= caps[i] - 1e-9 or share_j <= floors[j] + 1e-9
