@@ -34,9 +34,10 @@ def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -
     bw = account.dims[BANDWIDTH]
     floor = bandwidth(job.bandwidth_floor_bps)
     if code is WaitCode.TOO_LARGE:
+        needs = f"{job.slots} slots" + (f" and a {floor} floor" if job.bandwidth_floor_bps else "")
         return (
-            f"needs {job.slots} slots and a {floor} floor, more than tenant {account.name} "
-            f"can ever hold in a cluster of {ledger.cluster.slots} slots"
+            f"needs {needs}, more than tenant {account.name} can ever hold "
+            f"(cluster: {ledger.cluster.slots} slots, {bandwidth(ledger.cluster.fabric_bps)})"
         )
     if code is WaitCode.TENANT_JOBS:
         return f"tenant {account.name} runs {account.jobs}/{account.quota.max_running_jobs} jobs"

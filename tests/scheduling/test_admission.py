@@ -192,3 +192,11 @@ def test_it_reserves_floors_from_the_tenant_own_bandwidth_never_from_the_cohort(
     tenants = [tenant("vision", gbps=1, cohort="lab"), tenant("nlp", gbps=10, cohort="lab")]
     decision = decide(tenants, [job("a", "vision", bandwidth_floor_bps=2 * GBIT)])
     assert decision.waiting["a"].code is WaitCode.TOO_LARGE
+
+
+def test_it_says_what_a_job_too_large_for_ever_needs() -> None:
+    decision = decide([tenant("vision", slots=128)], [job("huge", "vision", 100)], slots=64)
+    assert decision.waiting["huge"].reason == (
+        "waiting: needs 100 slots, more than tenant vision can ever hold "
+        "(cluster: 64 slots, 100 Gbit/s); position 1 of 1"
+    )
