@@ -146,8 +146,12 @@ def stopping(stack: Stack, jobs_dir: Path) -> Iterator[Stack]:
     try:
         yield stack
     finally:
+        # A second Ctrl-C (or make passing the signal on) must not cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stack.stop()
         kill_leftover_runs(jobs_dir)
+        print("stopped everything this stack started", flush=True)
 
 
 def up() -> int:
@@ -181,7 +185,7 @@ def up() -> int:
             print(f"stopping: {', '.join(dead)} exited", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
-            print("\nstopping…")
+            print("\nstopping…", flush=True)
             return 0
 
 
@@ -216,7 +220,10 @@ def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in {"up", "test"}:
         print("usage: python -m controlplane.devstack up | test [PYTEST ARGS]", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)  # stop like Ctrl-C: clean up what we started
+    # Stop like Ctrl-C on SIGTERM too, and even where SIGINT was inherited as ignored
+    # (a shell's background job): either way, clean up what we started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     return up() if argv[0] == "up" else test(argv[1:])
 
 
