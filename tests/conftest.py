@@ -13,7 +13,6 @@ import redis as redis_lib
 from django.conf import settings
 
 from controlplane.devstack import PRIVATE_REDIS_FLAG
-
 from controlplane.jobs.models import Queue
 from controlplane.tenancy.models import Membership, Role, Tenant
 

@@ -6,6 +6,7 @@ plain subprocess in a new session; its pgid (= its pid) addresses every rank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,10 +50,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def terminate_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> int:
