@@ -102,3 +102,60 @@ def test_malformed_entries_are_dropped_not_fatal(private_redis, job):
     report(private_redis, job.pk, "metrics", **metrics(4, ts=1.0))
     Ingest(client=private_redis, sample_interval_s=0).step(block_ms=10)
     assert list(MetricSample.objects.filter(job=job).values_list("step", flat=True)) == [4]
+
+
+def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units(private_redis, job):
+    from controlplane.telemetry.models import LinkState
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(job_group(job.pk), channel)
+    link = {"src": 0, "dst": 1, "latency_s": 0.002, "jitter_s": 0.0001, "ts": 1.0, "rank": 0}
+    report(private_redis, job.pk, "link", step=1, bandwidth_bps=9e8, state="ok", **link)
+    report(private_redis, job.pk, "link", step=2, bandwidth_bps=1e8, state="degraded", **link)
+    ingest = Ingest(client=private_redis)
+    ingest.step(block_ms=10)
+    ingest.flush()
+
+    stored = LinkState.objects.get(job=job)
+    assert (stored.step, stored.bandwidth_bps, stored.state) == (2, 1e8, "degraded")
+    first = async_to_sync(layer.receive)(channel)["payload"]
+    assert first["type"] == "link"
+    assert first["data"]["cells"] == [
+        {"src": 0, "dst": 1, "bandwidth_mbps": 900.0, "latency_ms": 2.0, "jitter_ms": 0.1, "state": "ok"}
+    ]
+
+
+async def receive_n(layer, channel: str, n: int) -> list[dict]:
+    """Receive ``n`` payloads on one event loop (the layer's receive buffer is per loop)."""
+    return [(await layer.receive(channel))["payload"] for _ in range(n)]
+
+
+@pytest.mark.parametrize("wide", ["tenant", "cluster"])
+def test_alarms_and_a_throttled_summary_reach_the_tenant_and_cluster_groups(private_redis, job, wide):
+    from controlplane.telemetry.groups import CLUSTER_GROUP, tenant_group
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(tenant_group(job.tenant_id) if wide == "tenant" else CLUSTER_GROUP, channel)
+    for step in range(1, 6):
+        report(private_redis, job.pk, "metrics", **metrics(step, ts=step * 0.1))
+    report(private_redis, job.pk, "alarm", kind="straggler", state="raised", value=2.0, threshold=1.0, step=5, ts=1.0)
+    ingest = Ingest(client=private_redis)
+    ingest.step(block_ms=10)
+    ingest.flush()
+
+    got = async_to_sync(receive_n)(layer, channel, 2)
+    alarm = next(p for p in got if p["type"] == "alarm")
+    summary = next(p for p in got if p["type"] == "metrics")
+    assert alarm["tenant"] == "vision" and alarm["data"]["alarm_id"] == Alarm.objects.get().pk
+    assert summary["summary"] and summary["data"]["step"] == 5 and "rank" not in summary["data"]
+
+
+def test_a_cleared_alarm_records_the_step_it_cleared_at(private_redis, job):
+    alarm = {"kind": "sync_drift", "value": 0.4, "threshold": 0.2, "rank": 0}
+    report(private_redis, job.pk, "alarm", state="raised", step=9, ts=5.0, **alarm)
+    report(private_redis, job.pk, "alarm", state="cleared", step=14, ts=6.0, **alarm)
+    Ingest(client=private_redis).step(block_ms=10)
+    stored = Alarm.objects.get(job=job)
+    assert (stored.step, stored.cleared_step) == (9, 14)

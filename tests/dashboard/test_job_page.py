@@ -1,0 +1,107 @@
+"""The job page and its JSON history: what it shows, and to whom."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from controlplane.jobs.choices import PriorityClass
+from controlplane.telemetry.models import Alarm, LinkState, MetricSample
+
+from .conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+def add_samples(job, steps, **extra):
+    now = timezone.now()
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            job=job,
+            step=s,
+            reported_at=now,
+            data={"step": s, "loss": 4 - s / 100, "step_time_s": 0.2, "comm_time_s": 0.05, "drift": 0.01 * s, **extra},
+        )
+        for s in steps
+    )
+
+
+def test_a_member_sees_every_chart_the_alarm_list_and_the_heatmap(client, alice, visions_job):
+    add_samples(visions_job, range(1, 11))
+    LinkState.objects.create(job=visions_job, src=0, dst=1, bandwidth_bps=8e8, state="degraded", measured_at=timezone.now())
+    Alarm.objects.create(job=visions_job, kind="sync_drift", step=4, value=0.2, threshold=0.05, raised_at=timezone.now())
+
+    response = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk]))
+
+    assert response.status_code == 200
+    for element in ("chart-loss", "chart-throughput", "chart-time", "chart-bandwidth", "chart-heatmap", "chart-drift", "alarm-rows"):
+        assert f'id="{element}"' in response.text
+    figures = response.context["figures"]
+    assert figures["loss"]["data"][0]["x"] == list(range(1, 11))
+    assert figures["heatmap"]["data"][0]["z"][0][1] == 1
+    assert figures["drift"]["meta"]["threshold"] == 0.05
+    assert figures["drift"]["meta"]["periods"] == [[4, None]]
+    assert response.context["history"]["alarms"][0]["kind"] == "sync_drift"
+
+
+def test_another_tenants_member_gets_404_for_the_page_and_its_history(client, bob, visions_job):
+    client_for(client, bob)
+    assert client.get(reverse("job-detail", args=[visions_job.pk])).status_code == 404
+    assert client.get(reverse("job-history", args=[visions_job.pk])).status_code == 404
+
+
+def test_history_after_a_step_returns_only_the_gap(client, alice, visions_job):
+    add_samples(visions_job, range(1, 21))
+    body = client_for(client, alice).get(reverse("job-history", args=[visions_job.pk]), {"after_step": 15}).json()
+    assert body["metrics"]["loss"]["x"] == [16, 17, 18, 19, 20]
+    assert body["last_step"] == 20
+    assert body["metrics"]["compute_time_s"]["y"][0] == pytest.approx(0.15)
+
+
+def test_history_is_downsampled_to_a_bounded_number_of_points(client, alice, visions_job):
+    add_samples(visions_job, range(1, 5001))
+    body = client_for(client, alice).get(reverse("job-history", args=[visions_job.pk])).json()
+    assert 100 < len(body["metrics"]["loss"]["x"]) <= 1000
+
+
+def test_the_tenant_admin_changes_priority(client, alice, visions_job):
+    client_for(client, alice).post(reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH})
+    visions_job.refresh_from_db()
+    assert visions_job.priority == PriorityClass.HIGH
+    assert "Change priority" in client.get(reverse("job-detail", args=[visions_job.pk])).text
+
+
+def test_a_viewer_can_neither_change_priority_nor_see_the_form(client, charlie, visions_job):
+    client_for(client, charlie)
+    page = client.get(reverse("job-detail", args=[visions_job.pk]))
+    assert "Change priority" not in page.text and "Cancel job" not in page.text
+    response = client.post(reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH})
+    assert response.status_code == 404
+    visions_job.refresh_from_db()
+    assert visions_job.priority == PriorityClass.NORMAL
+
+
+def test_the_page_tails_rank_0_and_a_failing_rank(client, alice, visions_job, settings, tmp_path):
+    settings.SYNCLANE_JOBS_DIR = tmp_path
+    attempt = visions_job.run_dir / "logs" / "abc_x1" / "attempt_0"
+    for rank, err in ((0, ""), (1, "Traceback (most recent call last):\nRuntimeError: boom\n"), (2, "")):
+        (attempt / str(rank)).mkdir(parents=True)
+        (attempt / str(rank) / "stdout.log").write_text(f"rank {rank} step 1\n")
+        (attempt / str(rank) / "stderr.log").write_text(err)
+    (visions_job.run_dir / "torchrun.log").write_text("torchrun: worker 1 FAILED\n")
+
+    page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
+
+    assert "rank 0 step 1" in page and "RuntimeError: boom" in page and "torchrun: worker 1 FAILED" in page
+    assert "rank 2 step 1" not in page
+
+
+def test_the_eta_follows_the_pace_so_far(client, alice, visions_job):
+    from controlplane.dashboard.history import eta_seconds
+
+    visions_job.status, visions_job.last_step = "running", 10
+    visions_job.started_at = timezone.now() - dt.timedelta(seconds=20)
+    assert eta_seconds(visions_job) == pytest.approx(80, abs=2)
