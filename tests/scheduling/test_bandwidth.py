@@ -154,3 +154,19 @@ def test_its_urgency_grows_as_the_deadline_nears() -> None:
 
     assert at(0) < at(60) < at(80) == MAX_URGENCY
     assert at(150) == MAX_URGENCY
+
+
+def test_it_cuts_overcommitted_tenant_budgets_by_fair_share_weight() -> None:
+    tenants = [tenant("vision", gbps=8), tenant("nlp", gbps=8, weight=3.0)]
+    got = shares([running("v", "vision"), running("n", "nlp")], tenants, fabric_gbps=10)
+    assert got == pytest.approx({"v": 2.5, "n": 7.5})
+
+
+def test_it_shares_a_cohort_idle_quota_among_borrowers_by_weight() -> None:
+    tenants = [
+        tenant("idle", gbps=6, cohort="lab"),
+        tenant("vision", gbps=1, cohort="lab"),
+        tenant("nlp", gbps=1, cohort="lab", weight=2.0),
+    ]
+    got = shares([running("v", "vision"), running("n", "nlp")], tenants, fabric_gbps=20)
+    assert got == pytest.approx({"v": 1 + 2, "n": 1 + 4})

@@ -155,3 +155,16 @@ def test_it_sheds_jobs_when_the_cluster_shrinks() -> None:
     jobs = [running("a", "vision", 4, priority=HIGH), running("b", "nlp", 4, priority=LOW)]
     taken = over_quota(snapshot([tenant("vision"), tenant("nlp")], jobs, slots=6))
     assert [p.job_id for p in taken] == ["b"]
+
+
+def test_it_reclaims_a_peer_newest_jobs_first_whatever_their_priority() -> None:
+    """The newest jobs are the ones running on borrowed quota: nlp's old low job sits within
+    its nominal, so reclaiming takes the new critical one, and the low job is never taken back
+    by the job it once displaced."""
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    jobs = [
+        running("old-low", "nlp", 4, priority=LOW, started=1),
+        running("new-critical", "nlp", 2, priority=CRITICAL, started=5),
+    ]
+    decision = decide(tenants, [job("v", "vision", 4, priority=LOW)], jobs)
+    assert victims(decision) == ["new-critical"]
