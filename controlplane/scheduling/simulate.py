@@ -98,6 +98,13 @@ class Trace:
     tick_s: float = 30.0
     checkpoint_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        if self.tick_s <= 0 or self.checkpoint_s <= 0:
+            raise ValueError("tick_s and checkpoint_s must be > 0")
+        for job in self.jobs:
+            if job.duration <= 0 or not 0 <= job.comm_fraction <= 1:
+                raise ValueError(f"job {job.id}: duration must be > 0, comm_fraction in [0, 1]")
+
 
 def _mbps(value: Any) -> float | None:
     return None if value is None else float(value) * MBIT

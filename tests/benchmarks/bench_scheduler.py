@@ -240,13 +240,19 @@ def policy_comparison(jobs: int) -> list[dict[str, Any]]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [
-        "| pending | tenants | running | decision (ms) | per pending job (us) |",
-        "|---:|---:|---:|---:|---:|",
+        "| pending | tenants | running | admitted | preempted | decision (ms) "
+        "| per pending job (us) | vs 1k pending |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    base = {
+        r["tenants"]: r["decision_ms"] for r in results["decision_cost"] if r["pending"] == 1000
+    }
     for r in results["decision_cost"]:
+        growth = r["decision_ms"] / base[r["tenants"]] if r["tenants"] in base else float("nan")
         lines.append(
-            f"| {r['pending']} | {r['tenants']} | {r['running']} | {r['decision_ms']:.1f} "
-            f"| {r['us_per_pending_job']:.1f} |"
+            f"| {r['pending']} | {r['tenants']} | {r['running']} | {r['admitted']} "
+            f"| {r['preempted']} | {r['decision_ms']:.1f} | {r['us_per_pending_job']:.1f} "
+            f"| {growth:.1f}x |"
         )
     a = results["allocation_cost"]
     lines += [

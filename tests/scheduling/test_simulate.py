@@ -93,3 +93,18 @@ def test_its_metrics_print_as_json(capsys: pytest.CaptureFixture[str], tmp_path:
     assert simulate.main([str(path), "--json", "--bandwidth", "fcfs"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["mode"] == "fcfs" and printed["completed"] == 2
+
+
+def test_it_ends_when_the_jobs_left_can_never_be_admitted() -> None:
+    raw = small_trace()
+    raw["jobs"].append(  # type: ignore[attr-defined]
+        {"id": "huge", "tenant": "vision", "arrival": 0, "slots": 64, "duration": 10, "deadline": 5}
+    )
+    metrics = simulate.run(simulate.load(raw))
+    assert (metrics.completed, metrics.jobs) == (2, 3)
+    assert metrics.misses_by_class == {"normal": 1}
+
+
+def test_it_refuses_a_trace_without_a_checkpoint_interval() -> None:
+    with pytest.raises(ValueError, match="must be > 0"):
+        simulate.load({**small_trace(), "checkpoint_s": 0})
