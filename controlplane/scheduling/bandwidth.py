@@ -116,16 +116,15 @@ class _TenantDemand:
         self.budget = 0.0
 
 
-def _budgets(tenants: Iterable[_TenantDemand], fabric: float) -> None:
+def _budgets(everyone: list[_TenantDemand], fabric: float) -> None:
     """Step 2: set each tenant's budget from its quota, its cohort's lending and the fabric."""
     cohorts: dict[str, list[_TenantDemand]] = {}
-    for t in tenants:
+    for t in everyone:
         t.budget = max(t.floors, min(t.demand, t.quota.nominal_bandwidth_bps))
         if t.quota.cohort is not None:
             cohorts.setdefault(t.quota.cohort, []).append(t)
     for members in cohorts.values():
         _lend(members)
-    everyone = list(tenants)
     if sum(t.budget for t in everyone) > fabric:
         cut = water_fill(
             [t.quota.weight for t in everyone],
@@ -144,7 +143,8 @@ def _lend(members: list[_TenantDemand]) -> None:
         nominal = t.quota.nominal_bandwidth_bps
         lend_limit = math.inf if t.quota.lending_limit_bps is None else t.quota.lending_limit_bps
         pool += min(lend_limit, max(0.0, nominal - t.budget))
-        pool -= max(0.0, t.budget - nominal)  # floors above nominal already borrow from the pool
+        # Floors above nominal (only after a quota was lowered) already use the pool.
+        pool -= max(0.0, t.budget - nominal)
     wants = []
     for t in members:
         nominal = t.quota.nominal_bandwidth_bps
@@ -183,7 +183,7 @@ def allocate(
         t.jobs.append(job)
         t.floors += floors[job.id]
         t.demand += max(floors[job.id], _cap(job, fabric))
-    _budgets(by_tenant.values(), fabric)
+    _budgets(list(by_tenant.values()), fabric)
     allocations: dict[str, Allocation] = {}
     for t in by_tenant.values():
         pressing = [urgency(job, now) for job in t.jobs]

@@ -32,7 +32,7 @@ from controlplane.scheduling.quota import Ledger
 from .factories import apply
 from .strategies import GBIT, clusters, job_lists, tenant_lists
 
-EXAMPLES = settings(max_examples=75, deadline=None)
+EXAMPLES = settings(max_examples=50, deadline=None)
 TOLERANCE = 1e-6  # bit/s, absolute
 
 
