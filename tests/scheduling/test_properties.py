@@ -8,6 +8,7 @@ the scheduler's own bookkeeping (the queue-order property reuses the ledger's fi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 from hypothesis import event, given, settings
@@ -32,7 +33,8 @@ from controlplane.scheduling.quota import Ledger
 from .factories import apply
 from .strategies import GBIT, clusters, job_lists, tenant_lists
 
-EXAMPLES = settings(max_examples=50, deadline=None)
+# 50 keeps the suite fast; SCHEDULING_EXAMPLES=1000 for a thorough run (passes, ~3 min).
+EXAMPLES = settings(max_examples=int(os.environ.get("SCHEDULING_EXAMPLES", "50")), deadline=None)
 TOLERANCE = 1e-6  # bit/s, absolute
 
 
