@@ -102,7 +102,7 @@ def test_two_jobs_never_preempt_each_other() -> None:
     tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
     pending = [job("v", "vision", 4, priority=LOW, submit=5)]
     holding = [running("n", "nlp", 8, priority=CRITICAL)]
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str | None, str]] = []
     for now in range(10, 60, 10):
         decision = decide(tenants, pending, holding, now=now)
         pairs += [(p.by_job_id, p.job_id) for p in decision.preemptions]

@@ -43,10 +43,11 @@ def at_most(value: float, bound: float) -> bool:
     return value <= bound + 1e-9 * abs(bound) + TOLERANCE
 
 
+World = tuple[Cluster, list[TenantQuota], list[RunningJob], list[JobRequest]]
+
+
 @st.composite
-def worlds(
-    draw: st.DrawFn,
-) -> tuple[Cluster, list[TenantQuota], list[RunningJob], list[JobRequest]]:
+def worlds(draw: st.DrawFn) -> World:
     """A cluster, tenants, running jobs reached by one applied decision, and new pending jobs."""
     cluster = draw(clusters)
     tenants = draw(tenant_lists())
@@ -109,7 +110,7 @@ def assert_within_quota(
 
 @EXAMPLES
 @given(worlds())
-def test_no_tenant_ever_exceeds_its_nominal_quota_plus_allowed_borrowing(world) -> None:  # type: ignore[no-untyped-def]
+def test_no_tenant_ever_exceeds_its_nominal_quota_plus_allowed_borrowing(world: World) -> None:
     cluster, tenants, holding, pending = world
     assert_within_quota(cluster, tenants, holding)
     decision = decide(cluster, tenants, holding, pending)
@@ -118,7 +119,7 @@ def test_no_tenant_ever_exceeds_its_nominal_quota_plus_allowed_borrowing(world) 
 
 @EXAMPLES
 @given(worlds())
-def test_every_pending_job_is_either_admitted_or_waiting_with_a_position(world) -> None:  # type: ignore[no-untyped-def]
+def test_every_pending_job_is_either_admitted_or_waiting_with_a_position(world: World) -> None:
     cluster, tenants, holding, pending = world
     decision = decide(cluster, tenants, holding, pending)
     admitted = {a.job_id for a in decision.admissions}
@@ -135,7 +136,7 @@ def test_every_pending_job_is_either_admitted_or_waiting_with_a_position(world) 
 
 @EXAMPLES
 @given(worlds())
-def test_allocations_stay_within_the_fabric_ceilings_and_meet_every_floor(world) -> None:  # type: ignore[no-untyped-def]
+def test_allocations_stay_within_the_fabric_ceilings_and_meet_every_floor(world: World) -> None:
     cluster, tenants, holding, pending = world
     decision = decide(cluster, tenants, holding, pending)
     after = holding_after(decision, holding, pending)
@@ -177,7 +178,7 @@ def assert_allocations_within_bandwidth_quota(
 
 @EXAMPLES
 @given(worlds())
-def test_no_job_is_admitted_ahead_of_a_more_urgent_job_of_its_queue_that_fits(world) -> None:  # type: ignore[no-untyped-def]
+def test_no_job_is_admitted_ahead_of_a_more_urgent_job_of_its_queue_that_fits(world: World) -> None:
     """For an admitted job L and a job H waiting ahead of it in the same queue, H must not fit
     even with L not admitted (victims counted as still running, which only makes fitting
     easier for H than when its turn came)."""
@@ -204,9 +205,9 @@ def test_no_job_is_admitted_ahead_of_a_more_urgent_job_of_its_queue_that_fits(wo
 
 @EXAMPLES
 @given(worlds(), st.data())
-def test_two_jobs_never_preempt_each_other(world, data) -> None:  # type: ignore[no-untyped-def]
+def test_two_jobs_never_preempt_each_other(world: World, data: st.DataObject) -> None:
     cluster, tenants, holding, pending = world
-    pairs: set[tuple[str, str]] = set()
+    pairs: set[tuple[str | None, str]] = set()
     for round_ in range(1, 5):
         now = 10.0 * round_
         decision = decide(cluster, tenants, holding, pending, now)
@@ -227,7 +228,9 @@ def test_two_jobs_never_preempt_each_other(world, data) -> None:  # type: ignore
     st.lists(st.tuples(st.integers(0, 4), st.none() | st.integers(0, 12)), min_size=1, max_size=12),
     st.integers(0, 40),
 )
-def test_allocation_is_max_min_fair_among_equal_weights(specs, fabric_halves) -> None:  # type: ignore[no-untyped-def]
+def test_allocation_is_max_min_fair_among_equal_weights(
+    specs: list[tuple[int, int | None]], fabric_halves: int
+) -> None:
     """Same priority, no deadlines, one tenant whose quota is the fabric: every job gets
     clamp(level, floor, ceiling) for one level, and nothing is left idle that a job could use."""
     fabric = fabric_halves * GBIT / 2
@@ -271,7 +274,9 @@ def test_allocation_is_max_min_fair_among_equal_weights(specs, fabric_halves) ->
 
 @EXAMPLES
 @given(clusters, tenant_lists().flatmap(lambda ts: st.tuples(st.just(ts), job_lists(ts, "x", 20))))
-def test_enforcing_lowered_quotas_brings_every_tenant_back_within_quota(cluster, drawn) -> None:  # type: ignore[no-untyped-def]
+def test_enforcing_lowered_quotas_brings_every_tenant_back_within_quota(
+    cluster: Cluster, drawn: tuple[list[TenantQuota], list[JobRequest]]
+) -> None:
     tenants, jobs = drawn
     holding = [j.started(float(i)) for i, j in enumerate(jobs)]
     snap = Snapshot(cluster=cluster, tenants=tenants, pending=[], running=holding)
@@ -288,7 +293,9 @@ def test_enforcing_lowered_quotas_brings_every_tenant_back_within_quota(cluster,
     ),
     st.integers(0, 150),
 )
-def test_water_filling_is_weighted_max_min_fair(specs, total) -> None:  # type: ignore[no-untyped-def]
+def test_water_filling_is_weighted_max_min_fair(
+    specs: list[tuple[int, int, int]], total: int
+) -> None:
     weights = [float(w) for w, _, _ in specs]
     floors = [float(f) for _, f, _ in specs]
     caps = [float(f + extra) for _, f, extra in specs]

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from controlplane.scheduling import simulate
 EXAMPLE = Path(simulate.__file__).parent / "traces" / "example.json"
 
 
-def small_trace(**cluster: float) -> dict[str, object]:
+def small_trace(**cluster: float) -> dict[str, Any]:
     return {
         "cluster": {"slots": 8, "fabric_mbps": 1000, **cluster},
         "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000}],
@@ -97,7 +98,7 @@ def test_its_metrics_print_as_json(capsys: pytest.CaptureFixture[str], tmp_path:
 
 def test_it_ends_when_the_jobs_left_can_never_be_admitted() -> None:
     raw = small_trace()
-    raw["jobs"].append(  # type: ignore[attr-defined]
+    raw["jobs"].append(
         {"id": "huge", "tenant": "vision", "arrival": 0, "slots": 64, "duration": 10, "deadline": 5}
     )
     metrics = simulate.run(simulate.load(raw))
