@@ -7,16 +7,40 @@ The live stack (Celery worker, ingest, ASGI server) is in tests/integration/conf
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
+from django.core.management.base import CommandError
+from django.db import OperationalError
+from django.test import TransactionTestCase
 
 from controlplane.devstack import PRIVATE_REDIS_FLAG
 from controlplane.jobs.models import Queue
 from controlplane.tenancy.models import Membership, Role, Tenant
 
 PASSWORD = "correct-horse-battery"
+
+# Integration tests share the database with live worker processes. On PostgreSQL the
+# TRUNCATE that empties it after a transactional test can deadlock with a worker's
+# short scheduling transaction; the server then aborts one of the two. Retry the flush
+# (the worker's side retries by itself on the next tick).
+_flush = TransactionTestCase._fixture_teardown
+
+
+def _flush_retrying_deadlocks(self: TransactionTestCase) -> None:
+    for attempt in range(5):
+        try:
+            return _flush(self)
+        except (OperationalError, CommandError) as exc:
+            cause = exc.__cause__ or exc
+            if "deadlock detected" not in str(cause) or attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+TransactionTestCase._fixture_teardown = _flush_retrying_deadlocks
 
 
 @pytest.fixture
