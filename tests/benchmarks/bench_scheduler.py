@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,15 +130,15 @@ def decision_cost(sizes: list[tuple[int, int]], repeats: int) -> list[dict[str, 
     for pending, tenant_count in sizes:
         snap = world(pending, tenant_count)
         decision = schedule(snap, 100.0)
-        seconds = best_of(repeats, lambda snap=snap: schedule(snap, 100.0))
+        seconds = best_of(repeats, partial(schedule, snap, 100.0))
         gone = {p.job_id for p in decision.preemptions}
         started = {a.job_id for a in decision.admissions}
         holding: list[JobRequest] = [r for r in snap.running if r.id not in gone]
         holding += [j for j in snap.pending if j.id in started]
         alloc = best_of(
             repeats,
-            lambda snap=snap, holding=holding: allocate(
-                cluster=snap.cluster, tenants=snap.tenants, running=holding, now=100.0
+            partial(
+                allocate, cluster=snap.cluster, tenants=snap.tenants, running=holding, now=100.0
             ),
         )
         rows.append(
