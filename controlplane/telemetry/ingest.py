@@ -24,6 +24,8 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from controlplane.jobs.choices import TERMINAL
 from controlplane.jobs.models import Job
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 CURSORS_KEY = "synclane:telemetry:cursors"
 BATCH = 500
+RETIRE_AFTER = dt.timedelta(seconds=30)
 
 
 # Tenant and cluster pages get a per-job summary of metrics at most this often.
@@ -170,7 +173,11 @@ class Ingest:
         idle = list(idle_job_ids)
         if not idle:
             return
-        for job_id in Job.objects.filter(pk__in=idle, status__in=TERMINAL).values_list("pk", flat=True):
+        # A grace period after the end: the run's last messages (and any late reporter)
+        # are still read instead of being deleted with the stream.
+        settled = Q(finished_at__isnull=True) | Q(finished_at__lt=timezone.now() - RETIRE_AFTER)
+        finished = Job.objects.filter(settled, pk__in=idle, status__in=TERMINAL)
+        for job_id in finished.values_list("pk", flat=True):
             self.client.srem(protocol.ACTIVE_STREAMS_KEY, str(job_id))
             self.client.delete(protocol.telemetry_stream(job_id))
             self.client.hdel(CURSORS_KEY, str(job_id))

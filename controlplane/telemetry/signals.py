@@ -7,6 +7,9 @@ its right to listen. It only sends a notice after commit; the consumer re-reads.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -26,8 +29,18 @@ def notify_access_changed(user_id: int) -> None:
 
     def send() -> None:
         layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(user_group(user_id), {"type": ACCESS_CHANGED})
+        if layer is None:
+            return
+        notice = partial(async_to_sync(layer.group_send), user_group(user_id), {"type": ACCESS_CHANGED})
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            notice()
+        else:
+            # Called from a thread that runs an event loop (async_to_sync refuses there).
+            thread = threading.Thread(target=notice, name="access-changed")
+            thread.start()
+            thread.join(timeout=5)
 
     transaction.on_commit(send)
 

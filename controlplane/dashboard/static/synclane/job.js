@@ -31,16 +31,33 @@
   function num(v) { return typeof v === "number" && isFinite(v) ? v : null; }
   function countPoints(s) { return s ? s.x.length : 0; }
 
-  // --- metrics ---
+  // --- metrics: queued, then drawn once per animation frame ---
+  // A fast run sends tens of steps a second; drawing each one separately (5 charts and a
+  // relayout) would leave the page seconds behind. One frame extends every chart at once.
+  let pending = [];
   function onMetrics(data) {
     if (typeof data.step !== "number" || data.step <= state.lastStep) return;  // seen (backfill)
-    const row = derive(data);
-    Object.entries(charts).forEach(([name, id]) => S.extend(id, figures[name], row.step, row));
-    if (num(row.loss) !== null) state.points += 1;
-    state.lastStep = row.step;
-    if ("sync_enhanced" in row) setEnhanced(row.step, !!row.sync_enhanced);
-    else redrawPeriods(row.step);
-    progress(row.step);
+    state.lastStep = data.step;
+    if (!pending.length) requestAnimationFrame(flush);
+    pending.push(derive(data));
+  }
+  function flush() {
+    const rows = pending;
+    pending = [];
+    if (!rows.length) return;
+    const series = {};
+    rows.forEach((row) => Object.keys(row).forEach((k) => {
+      if (num(row[k]) === null) return;
+      (series[k] = series[k] || { x: [], y: [] }).x.push(row.step);
+      series[k].y.push(row[k]);
+    }));
+    Object.entries(charts).forEach(([name, id]) => S.extendSeries(id, figures[name], series));
+    state.points += series.loss ? series.loss.x.length : 0;
+    const last = rows[rows.length - 1].step;
+    let changed = false;
+    rows.forEach((row) => { if ("sync_enhanced" in row) changed = setEnhanced(row.step, !!row.sync_enhanced) || changed; });
+    if (changed || state.periods.some((p) => p[1] === null)) redrawPeriods(last);
+    progress(last);
   }
 
   function progress(step) {
@@ -53,11 +70,12 @@
   }
 
   // --- drift: enhancement periods shaded, threshold line kept ---
+  // Returns whether the periods changed (the caller redraws).
   function setEnhanced(step, on) {
     const open = state.periods.find((p) => p[1] === null);
-    if (on && !open) state.periods.push([step, null]);
-    if (!on && open) open[1] = step;
-    redrawPeriods(step);
+    if (on && !open) { state.periods.push([step, null]); return true; }
+    if (!on && open) { open[1] = step; return true; }
+    return false;
   }
   function redrawPeriods(lastStep) {
     const el = document.getElementById("chart-drift");
@@ -142,11 +160,11 @@
       a = state.alarms[data.alarm_id] || Object.values(state.alarms).find((x) => x.kind === data.kind && !x.cleared_at);
       if (!a) return;
       a = Object.assign({}, a, { cleared_at: when });
-      if (data.kind === "sync_drift") setEnhanced(data.step || state.lastStep, false);
+      if (data.kind === "sync_drift" && setEnhanced(data.step || state.lastStep, false)) redrawPeriods(state.lastStep);
     } else {
       a = { alarm_id: data.alarm_id, kind: data.kind, step: data.step, value: data.value, threshold: data.threshold,
             detail: data.detail, raised_at: when, cleared_at: null, acknowledged: false };
-      if (data.kind === "sync_drift") setEnhanced(data.step || state.lastStep, true);
+      if (data.kind === "sync_drift" && setEnhanced(data.step || state.lastStep, true)) redrawPeriods(state.lastStep);
     }
     renderAlarm(a);
   }
