@@ -289,9 +289,27 @@ def check_fault() -> dict[str, Any]:
     return out
 
 
+def check_probes() -> dict[str, Any]:
+    """Probes every 2 steps on a 100 Mbit/s emulated link; rank 1 turns slow from step 4."""
+    cfg = RuntimeConfig.from_env(
+        probe_every=2,
+        link_mbps=100.0,
+        fault="rank=1,from_step=4,delay_s=0.06",
+        jitter_threshold_s=0.02,
+    )
+    reporter = Reporter.from_env(cfg)
+    model, opt = wrapped(cfg, reporter=reporter)
+    for step in range(1, 5):
+        train_one(model, opt, step)
+    out = {"links": [vars(s) for s in model.session.links]}
+    model.session.close()
+    reporter.close()
+    return out
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
-    for f in (check_numerics, check_peers, check_throttle, check_drift, check_fault)
+    for f in (check_numerics, check_peers, check_throttle, check_drift, check_fault, check_probes)
 }
 
 

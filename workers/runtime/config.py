@@ -10,6 +10,7 @@ than surfacing as a strange hang in the middle of a collective.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,6 +36,9 @@ class RuntimeConfig:
 
     # Synchronisation.
     sync: str = p.SYNC_FULL
+    critical: str | None = (
+        None  # regex of parameter names synced every step (adaptive); None: attention
+    )
     sync_period: int = 4  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 16  # upper bound of H (AdaComm-style growth stops here)
     bucket_cap_mb: float = 1.0  # DDP bucket size (fusion of small tensors into buckets)
@@ -48,7 +52,7 @@ class RuntimeConfig:
     # Link emulation, throttle and health.
     link_mbps: float | None = None
     jitter_threshold_s: float = 0.25
-    probe_every: int = 0  # steps between link probes; 0 disables probes
+    probe_every: int = 50  # steps between link probes; 0 disables probes
     fault: str | None = None  # fault-injector spec (workers.runtime.faults)
 
     def __post_init__(self) -> None:
@@ -85,6 +89,11 @@ class RuntimeConfig:
             _require_positive("link_mbps", self.link_mbps)
         if self.probe_every < 0:
             raise ValueError(f"probe_every must be >= 0, got {self.probe_every}")
+        if self.critical is not None:
+            try:
+                re.compile(self.critical)
+            except re.error as exc:
+                raise ValueError(f"critical must be a regular expression: {exc}") from None
         if self.fault is not None:
             from workers.runtime.faults import FaultSpec  # validate eagerly; stdlib only
 
@@ -116,8 +125,9 @@ class RuntimeConfig:
             "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.08),
             "link_mbps": _float_or_none(e, p.ENV_LINK_MBPS),
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),
-            "probe_every": _int(e, p.ENV_PROBE_EVERY, 0),
+            "probe_every": _int(e, p.ENV_PROBE_EVERY, 50),
             "fault": _str(e, p.ENV_FAULT),
+            "critical": _str(e, p.ENV_CRITICAL),
         }
         values.update(overrides)
         return cls(**values)

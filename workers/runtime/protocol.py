@@ -67,6 +67,7 @@ ENV_MAX_SYNC_PERIOD: Final = "SYNCLANE_MAX_SYNC_PERIOD"  # upper bound of H, int
 ENV_JITTER_THRESHOLD_S: Final = "SYNCLANE_JITTER_THRESHOLD_S"  # link_degraded trigger, seconds
 ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 = never
 ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
+ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (adaptive)
 ENV_METRICS_RANK: Final = "SYNCLANE_METRICS_RANK"  # rank that writes metrics/link/event
 
 # Alarm kinds carried by MSG_ALARM messages (data field ``kind``).

@@ -45,6 +45,8 @@ CRITICAL_NAME = re.compile(
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
+# A parameter is promoted when its movement between syncs exceeds this share of the drift threshold.
+PROMOTION_THRESHOLD = 0.25
 # Extra bytes, as a share of all parameter bytes, that promoted (non-attention) params may add.
 PROMOTION_BUDGET = 0.10
 
@@ -65,6 +67,9 @@ class Strategy:
     def pop_grad_sq(self) -> float:
         """Return this rank's local squared gradient norm of the step and reset it."""
         return 0.0
+
+    def prepare(self, step: int) -> None:
+        """Called after optimizer step ``step``, before the per-step figures are taken."""
 
     def local_drift(self) -> float:
         """Return this rank's drift from the last globally synced weights (0: always synced)."""
@@ -224,10 +229,14 @@ class Adaptive(Strategy):
         self.loss0: float | None = None
         self.loss_ema: float | None = None
         self.scores: dict[str, float] = {}
+        self._pending: tuple[torch.futures.Future[torch.Tensor], torch.Tensor, list[str]] | None = (
+            None
+        )
 
     def register(self, ddp: DistributedDataParallel) -> None:
         self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
-        self.base_critical = {n for n, _ in self.named if CRITICAL_NAME.search(n)}
+        pattern = re.compile(self.config.critical) if self.config.critical else CRITICAL_NAME
+        self.base_critical = {n for n, _ in self.named if pattern.search(n)}
         self.critical_names = set(self.base_critical)
         self.total_bytes = sum(q.numel() * q.element_size() for _, q in self.named)
         self.state = SelectiveState(engine=self.engine, critical=self._ids(self.critical_names))
@@ -240,10 +249,14 @@ class Adaptive(Strategy):
         value, self.state.grad_sq = self.state.grad_sq, 0.0
         return value
 
+    def prepare(self, step: int) -> None:
+        self._apply_pending()
+
     def local_drift(self) -> float:
         if self.state.sync_all or not self.noncritical:
             return 0.0
-        return relative_distance(_flat(self.noncritical_params()), self.synced)
+        params = self.noncritical_params()
+        return relative_distance(_flat(params), _flat([self.synced[n] for n in self.noncritical]))
 
     def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
         losses = [v for v in table[:, COL["loss"]].tolist() if math.isfinite(v)]
@@ -265,62 +278,79 @@ class Adaptive(Strategy):
             losses=losses,
         )
         if enhancing or step - self.last_sync_step >= self.period:
-            self._global_sync(step)
+            self._launch_sync(step)
             self._adapt_period(table)
         return self._figures()
 
     def synchronize(self) -> None:
+        self._apply_pending()
         _average(self.engine, [q for _, q in self.named])
         self._snapshot()
 
     # ------------------------------------------------------------ internals
 
     def noncritical_params(self) -> list[torch.Tensor]:
-        return [q for n, q in self.named if n in self.noncritical]
+        by_name = dict(self.named)
+        return [by_name[n] for n in self.noncritical]
 
     def _ids(self, names: set[str]) -> set[int]:
         return {id(q) for n, q in self.named if n in names}
 
     def _snapshot(self) -> None:
+        """Take the current parameters as the last globally synced copy."""
         self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
-        params = self.noncritical_params()
-        self.synced = _flat(params).clone() if params else torch.zeros(0)
+        self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
 
-    def _global_sync(self, step: int) -> None:
-        """Average non-critical params (+ their movement scores) in one paced all-reduce."""
+    def _launch_sync(self, step: int) -> None:
+        """Start averaging non-critical params (+ their movement scores); apply next step.
+
+        The average of this step's snapshot travels while the next step computes (overlap,
+        as in Overlap-Local-SGD); ``_apply_pending`` then adds ``average - snapshot`` to the
+        parameters, keeping the one step of local progress made meanwhile. The engine is
+        FIFO, so the next step's critical gradients queue behind it on the (emulated) link.
+        """
+        names = list(self.noncritical)
         params = self.noncritical_params()
+        if not params:
+            return
+        snapshot = _flat(params).clone()
         moved = torch.tensor(
             [
-                relative_distance(q.detach().reshape(-1), s)
-                for q, s in zip(params, self._split_synced(params), strict=True)
+                relative_distance(q.detach().reshape(-1), self.synced[n])
+                for n, q in zip(names, params, strict=True)
             ],
-            dtype=params[0].dtype if params else torch.float32,
+            dtype=snapshot.dtype,
         )
-        flat = torch.cat([_flat(params), moved]) if params else moved
-        flat.div_(self.world_size)
-        self.engine.allreduce(flat)
+        flat = torch.cat([snapshot, moved]).div_(self.world_size)
+        self._pending = (self.engine.submit(flat, flush=True), snapshot, names)
+        self.last_sync_step = step
+
+    def _apply_pending(self) -> None:
+        if self._pending is None:
+            return
+        fut, snapshot, names = self._pending
+        self._pending = None
+        reduced = fut.wait()
+        n = snapshot.numel()
+        delta = reduced[:n] - snapshot
+        by_name = dict(self.named)
         offset = 0
         with torch.no_grad():
-            for q in params:
-                q.copy_(flat[offset : offset + q.numel()].view_as(q))
+            for name in names:
+                q = by_name[name]
+                q.add_(delta[offset : offset + q.numel()].view_as(q))
+                self.synced[name] = reduced[offset : offset + q.numel()].clone()
                 offset += q.numel()
-        for name, score in zip(self.noncritical, flat[offset:].tolist(), strict=True):
+        for name, score in zip(names, reduced[n:].tolist(), strict=True):
             self.scores[name] = score
-        self.last_sync_step = step
         self._reclassify()
-        self._snapshot()
-
-    def _split_synced(self, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        out, offset = [], 0
-        for q in params:
-            out.append(self.synced[offset : offset + q.numel()])
-            offset += q.numel()
-        return out
+        self.noncritical = [m for m, _ in self.named if m not in self.critical_names]
 
     def _reclassify(self) -> None:
         """Promote the highest movement-per-byte parameters within the promotion budget."""
         for name in self.critical_names - self.base_critical:
             self.scores[name] = self.scores.get(name, 0.0) * 0.5
+            # Demoted ones are identical on all ranks: their current value is their synced copy.
         sizes = {n: q.numel() * q.element_size() for n, q in self.named}
         budget = PROMOTION_BUDGET * self.total_bytes
         candidates = sorted(
@@ -329,7 +359,7 @@ class Adaptive(Strategy):
             reverse=True,
         )
         promoted: set[str] = set()
-        threshold = self.config.drift_threshold
+        threshold = PROMOTION_THRESHOLD * self.config.drift_threshold
         for name in candidates:
             if self.scores[name] > threshold and sizes[name] <= budget:
                 promoted.add(name)
@@ -338,20 +368,27 @@ class Adaptive(Strategy):
         newly = new_critical - self.critical_names
         if newly:
             self._average_optimizer_state(newly)
+        for name in self.critical_names - new_critical:
+            self.synced[name] = dict(self.named)[name].detach().reshape(-1).clone()
         self.critical_names = new_critical
         self.state.set_critical(self._ids(new_critical))
 
     def _average_optimizer_state(self, names: set[str]) -> None:
-        if self.optimizer is None:
-            return
-        tensors = [
+        """Make newly critical params and their optimizer moments identical on all ranks.
+
+        With overlapped averaging the parameters carry one step of local progress, and
+        their moments are per-rank; a critical parameter must be the same everywhere.
+        """
+        params = [q for n, q in self.named if n in names]
+        moments = [
             v
-            for n, q in self.named
-            if n in names
-            for v in self.optimizer.state.get(q, {}).values()
+            for q in params
+            for v in (
+                self.optimizer.state.get(q, {}).values() if self.optimizer is not None else ()
+            )
             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0
         ]
-        _average(self.engine, tensors)
+        _average(self.engine, [*params, *moments])
 
     def _adapt_period(self, table: torch.Tensor) -> None:
         h0 = self.config.sync_period
@@ -362,7 +399,10 @@ class Adaptive(Strategy):
         step_time = max(table[:, COL["step_time_s"]].tolist())
         bound = 1
         if rates and step_time > 0:
-            wire = ring_allreduce_wire_bytes(int(self.synced.numel() * 4), self.world_size)
+            nc_bytes = sum(
+                self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical
+            )
+            wire = ring_allreduce_wire_bytes(nc_bytes, self.world_size)
             bound = math.ceil(wire / (min(rates) * AVERAGING_BUDGET * step_time))
         self.period = int(min(self.config.max_sync_period, max(1, ada, bound)))
 

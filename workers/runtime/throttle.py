@@ -16,9 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 
-# A small burst lets a step's first bucket go without waiting after an idle phase (forward
-# pass), like a real link's queue, while keeping the long-run rate exact.
-_BURST_S = 0.002
+# Idle credit (the bucket depth), kept tiny: transfers are paced after they ran, inside their
+# own slot, so the link needs no burst to reach its rate, and probes stay honest.
+_BURST_S = 0.0005
 
 
 class TokenBucket:

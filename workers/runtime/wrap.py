@@ -31,8 +31,9 @@ from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import CommEngine
 from workers.runtime.faults import FaultSpec
 from workers.runtime.health import LinkFailure, LinkHealth
+from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
-from workers.runtime.stats import CommStats
+from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
 from workers.runtime.strategies import COL, COLUMNS, Strategy, build
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
@@ -47,6 +48,7 @@ class SyncSession:
         *,
         config: RuntimeConfig,
         group: dist.ProcessGroup,
+        table_group: dist.ProcessGroup,
         reporter: Reporter | None,
         allocation: AllocationClient | None,
     ) -> None:
@@ -55,6 +57,7 @@ class SyncSession:
         self.allocation = allocation
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size(group)
+        self.table_group = table_group
         self.step = 0  # optimizer steps completed (the global step after set_step)
         self.stats = CommStats()
         self.fault = FaultSpec.parse(config.fault) if config.fault else None
@@ -79,6 +82,7 @@ class SyncSession:
         )
         self.strategy: Strategy
         self.figures: dict[str, float] = {}
+        self.links: list[LinkSample] = []  # the latest probe matrix (pairs i < j)
         self._loss: torch.Tensor | None = None
         self._last_step_end = time.perf_counter()
         self._closed = False
@@ -107,6 +111,7 @@ class SyncSession:
         self.step += 1
         started = time.perf_counter()
         step_time = started - self._last_step_end
+        self.strategy.prepare(self.step)
         link = self.engine.pop_link_stats()
         last_done = self.stats.last_done()
         bucket_exposed = (
@@ -123,6 +128,8 @@ class SyncSession:
         figures = self.strategy.after_step(self.step, table)
         try:
             self.health.update(step=self.step, sync_delays=table[:, COL["sync_delay_s"]].tolist())
+            if self.config.probe_every and self.step % self.config.probe_every == 0:
+                self._probe()
         finally:
             rate = self.pacer.rate()
             figures.update(
@@ -165,6 +172,24 @@ class SyncSession:
         if self.allocation is not None:
             self.allocation.close()
 
+    def _probe(self) -> None:
+        """Measure the rank-pair link matrix and report it (``link`` messages)."""
+        self.links = probe_links(
+            group=self.table_group,
+            pacer=self.pacer,
+            rank=self.rank,
+            world_size=self.world_size,
+            step=self.step,
+            fault=self.fault,
+        )
+        if self.reporter is not None:
+            report_links(
+                self.reporter,
+                self.links,
+                step=self.step,
+                threshold_s=self.config.jitter_threshold_s,
+            )
+
     def _fault_factor(self) -> float:
         f = self.fault
         if f is not None and f.active(self.rank, self.step + 1):
@@ -176,7 +201,16 @@ class SyncSession:
         table = torch.zeros(self.world_size, len(row), dtype=torch.float64)
         table[self.rank] = torch.tensor(row, dtype=torch.float64)
         if self.config.sync != p.SYNC_NONE:
-            self.engine.allreduce(table)
+            # On its own group from this thread, not through the engine: the engine may still
+            # be carrying an overlapped average, and 100 bytes need no pacing (but are counted).
+            payload = table.numel() * table.element_size()
+            started = self.stats.launched()
+            dist.all_reduce(table, group=self.table_group)
+            self.stats.completed(
+                started,
+                payload_bytes=payload,
+                wire_bytes=ring_allreduce_wire_bytes(payload, self.world_size),
+            )
         return table
 
 
@@ -209,6 +243,7 @@ def wrap(
     # The engine's own group: its thread's collectives never interleave with the main
     # thread's (STACK-NOTES 3). new_group is collective; every rank calls wrap().
     group = dist.new_group(ranks=ranks)
+    table_group = dist.new_group(ranks=ranks)
     if reporter is None:
         reporter = Reporter.from_env(cfg)
     if allocation is None:
@@ -218,7 +253,9 @@ def wrap(
         "bucket_cap_mb": cfg.bucket_cap_mb,
     }
     ddp = SynclaneDDP(model, **ddp_kwargs)
-    session = SyncSession(config=cfg, group=group, reporter=reporter, allocation=allocation)
+    session = SyncSession(
+        config=cfg, group=group, table_group=table_group, reporter=reporter, allocation=allocation
+    )
     session.strategy = build(
         engine=session.engine, config=cfg, reporter=reporter, optimizer=optimizer
     )

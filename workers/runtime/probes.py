@@ -1,0 +1,141 @@
+"""Link probes: a latency / bandwidth / jitter matrix between every pair of ranks.
+
+Every ``probe_every`` steps (between steps, on the session's main-thread group) each pair
+(i, j), i < j, is probed in turn, the same order on every rank:
+
+1. latency: ``PINGS`` round trips of a 4-byte tensor; latency = median RTT / 2, jitter = the
+   RTTs' standard deviation / 2;
+2. bandwidth: ``TRANSFERS`` times, i sends ``payload_bytes`` and j answers with 4 bytes (the
+   fastest counts: on a busy host, scheduling only ever adds time); the sender's pacer
+   charges the payload (the emulated link and the allocation apply to probes as to
+   collectives, and so does the fault injector's delay), bandwidth = bits / (time - min RTT/2).
+
+The initiator fills cells (i, j) and (j, i); one SUM all-reduce gives every rank the matrix,
+and the metrics rank sends one ``link`` message per pair.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from workers.runtime.faults import FaultSpec
+from workers.runtime.reporter import Reporter
+from workers.runtime.throttle import TokenBucket
+
+PINGS = 5
+TRANSFERS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSample:
+    src: int
+    dst: int
+    latency_s: float
+    bandwidth_bps: float
+    jitter_s: float
+
+
+def probe_links(
+    *,
+    group: dist.ProcessGroup,
+    pacer: TokenBucket,
+    rank: int,
+    world_size: int,
+    step: int,
+    fault: FaultSpec | None = None,
+    payload_bytes: int = 64 * 1024,
+) -> list[LinkSample]:
+    """Probe every pair; collective over ``group`` (all ranks call it). Returns pairs i < j."""
+    ranks = dist.get_process_group_ranks(group)
+    cells = torch.zeros(world_size, world_size, 3, dtype=torch.float64)
+    small = torch.zeros(1)
+    payload = torch.zeros(max(1, payload_bytes // 4))
+    delay = fault.delay_s if fault is not None and fault.active(rank, step) else 0.0
+    for i in range(world_size):
+        for j in range(i + 1, world_size):
+            if rank == i:
+                cells[i, j] = cells[j, i] = torch.tensor(
+                    _initiate(ranks[j], group, small, payload, pacer, delay), dtype=torch.float64
+                )
+            elif rank == j:
+                _answer(ranks[i], group, small, payload, delay)
+    dist.all_reduce(cells, group=group)
+    return [
+        LinkSample(
+            src=i,
+            dst=j,
+            latency_s=float(cells[i, j, 0]),
+            bandwidth_bps=float(cells[i, j, 1]),
+            jitter_s=float(cells[i, j, 2]),
+        )
+        for i in range(world_size)
+        for j in range(i + 1, world_size)
+    ]
+
+
+def report_links(
+    reporter: Reporter, samples: list[LinkSample], *, step: int, threshold_s: float
+) -> None:
+    """Send one ``link`` message per pair; ``degraded`` when latency or jitter > threshold."""
+    for s in samples:
+        state = "degraded" if max(s.latency_s, s.jitter_s) > threshold_s else "ok"
+        reporter.link(
+            src=s.src,
+            dst=s.dst,
+            step=step,
+            latency_s=s.latency_s,
+            bandwidth_bps=s.bandwidth_bps,
+            jitter_s=s.jitter_s,
+            state=state,
+        )
+
+
+def _initiate(
+    peer: int,
+    group: dist.ProcessGroup,
+    small: torch.Tensor,
+    payload: torch.Tensor,
+    pacer: TokenBucket,
+    delay: float,
+) -> list[float]:
+    rtts = []
+    for _ in range(PINGS):
+        t0 = time.perf_counter()
+        _delay(delay)
+        dist.send(small, peer, group=group)
+        dist.recv(small, peer, group=group)
+        rtts.append(time.perf_counter() - t0)
+    rtt = statistics.median(rtts)
+    best = float("inf")
+    for _ in range(TRANSFERS):  # the fastest of a few: scheduler noise only ever adds time
+        t0 = time.perf_counter()
+        _delay(delay)
+        dist.send(payload, peer, group=group)
+        pacer.acquire(payload.numel() * payload.element_size(), started=t0)
+        dist.recv(small, peer, group=group)
+        best = min(best, time.perf_counter() - t0 - min(rtts) / 2)  # min: noise only adds
+    bandwidth = payload.numel() * payload.element_size() * 8 / max(1e-9, best)
+    return [rtt / 2, bandwidth, statistics.pstdev(rtts) / 2]
+
+
+def _answer(
+    peer: int, group: dist.ProcessGroup, small: torch.Tensor, payload: torch.Tensor, delay: float
+) -> None:
+    for _ in range(PINGS):
+        dist.recv(small, peer, group=group)
+        _delay(delay)
+        dist.send(small, peer, group=group)
+    for _ in range(TRANSFERS):
+        dist.recv(payload, peer, group=group)
+        _delay(delay)
+        dist.send(small, peer, group=group)
+
+
+def _delay(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
