@@ -2,6 +2,8 @@
 
     python tests/benchmarks/bench_scheduler.py           # full run, writes bench-results/scheduler.json
     python tests/benchmarks/bench_scheduler.py --quick   # under a minute, fewer repeats and sizes
+    python tests/benchmarks/bench_scheduler.py --docs    # full run, also rewrites its section
+                                                         # of docs/benchmarks.md
 
 Three parts:
 
@@ -52,6 +54,8 @@ from controlplane.scheduling import (  # noqa: E402
 PRIORITIES = (100, 200, 300, 400)
 GBIT = 1e9
 OUT = ROOT / "bench-results" / "scheduler.json"
+DOC = ROOT / "docs" / "benchmarks.md"
+HEADING = "## Scheduler (bench_scheduler)"
 
 
 def tenants_for(count: int, rng: random.Random) -> list[TenantQuota]:
@@ -130,13 +134,15 @@ def decision_cost(sizes: list[tuple[int, int]], repeats: int) -> list[dict[str, 
     for pending, tenant_count in sizes:
         snap = world(pending, tenant_count)
         decision = schedule(snap, 100.0)
-        seconds = best_of(repeats, partial(schedule, snap, 100.0))
+        # More tries for the cheap sizes: on a shared machine one slow try is common.
+        tries = repeats if pending >= 100_000 else repeats * 2
+        seconds = best_of(tries, partial(schedule, snap, 100.0))
         gone = {p.job_id for p in decision.preemptions}
         started = {a.job_id for a in decision.admissions}
         holding: list[JobRequest] = [r for r in snap.running if r.id not in gone]
         holding += [j for j in snap.pending if j.id in started]
         alloc = best_of(
-            repeats,
+            tries,
             partial(
                 allocate, cluster=snap.cluster, tenants=snap.tenants, running=holding, now=100.0
             ),
@@ -286,10 +292,66 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SECTION = """{heading}
+
+What it measures: the pure scheduling core (`controlplane/scheduling/`), no database. One
+`schedule()` call does admission (quota, cohort borrowing, fair share, StrictFIFO /
+BestEffortFIFO), the preemption search, a reason and queue position for every waiting job, and
+the bandwidth allocation of every job that holds slots afterwards ("allocation alone" times
+`allocate()` on that set). The cluster has 80% of the tenants' nominal slots and is 70% full,
+so most pending jobs wait and many try preemption. The policy table replays one network-bound
+trace ({jobs} jobs, 4 tenants in one cohort, fabric 10 Gbit/s, deadlines on high and critical
+jobs) in the simulator with allocation by priority (the scheduler), equal shares, and none
+(first come first served on the shared link); admission is the scheduler's in all three.
+
+Command (about a minute; `--quick` takes seconds; `--docs` also rewrites this section):
+
+```
+{command}
+```
+
+Results (`bench-results/scheduler.json`; 2 cores shared with other test runs, so compare
+ratios within one run, not across runs):
+
+{table}
+
+Reading: the targets are <= 1 ms per pending job at 10k pending and <= 10 ms to allocate for
+1k running jobs; both hold by a wide margin. A decision is one pass over the pending jobs
+(O(n log t) for n pending jobs of t tenants), so cost grows about linearly with pending jobs
+(the "vs 1k" column; the 1k rows carry the fixed cost of the running jobs, which is why the
+growth looks sub-linear with 1000 tenants); per-job cost rises at 100k from object churn
+(100k reason strings and records, and the garbage collector). Allocating by priority x deadline urgency cuts the deadline
+misses of high and critical jobs against equal shares and FCFS; the price is a longer tail for
+low and normal jobs, which yield bandwidth to them.
+"""
+
+
+def update_docs(results: dict[str, Any]) -> None:
+    """Replace this benchmark's section of docs/benchmarks.md (create the file if missing),
+    leaving every other section as it is."""
+    section = SECTION.format(
+        heading=HEADING,
+        jobs=results["policy_comparison"][0]["jobs"],
+        command=".venv/bin/python tests/benchmarks/bench_scheduler.py",
+        table=markdown(results),
+    )
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
+    start = text.find(HEADING)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(HEADING))
+        rest = "" if end < 0 else text[end + 1 :]
+        text = text[:start] + section + ("\n" + rest if rest else "")
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Benchmark the scheduling core.")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (< 1 min)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--docs", action="store_true", help="rewrite the docs section too")
     args = parser.parse_args()
     sizes = [(p, t) for p in (1_000, 10_000, 100_000) for t in (10, 100, 1000)]
     if args.quick:
@@ -322,6 +384,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    if args.docs and not args.quick:
+        update_docs(results)
+        print(f"wrote the {HEADING!r} section of {DOC.relative_to(ROOT)}")
     return 0
 
 
