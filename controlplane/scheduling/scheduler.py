@@ -12,9 +12,9 @@ def schedule(snapshot: Snapshot, now: float) -> Decision:
     """Decide admissions, preemptions, waiting reasons and bandwidth for ``snapshot`` at ``now``.
 
     Pure: reads the snapshot, returns a :class:`~.types.Decision`, changes nothing. Raises
-    ``ValueError`` if a job id appears twice. The caller applies the decision in this order:
-    preempt the victims (checkpoint, requeue), admit the admissions, write every allocation
-    and every waiting reason.
+    ``ValueError`` if a job id or a tenant name appears twice. The caller applies the decision
+    in this order: preempt the victims (checkpoint, requeue), admit the admissions, write every
+    allocation and every waiting reason.
     """
     _check_unique(snapshot)
     outcome = admit(snapshot)
@@ -34,6 +34,9 @@ def schedule(snapshot: Snapshot, now: float) -> Decision:
 
 
 def _check_unique(snapshot: Snapshot) -> None:
+    names = [t.name for t in snapshot.tenants]
+    if len(set(names)) != len(names):
+        raise ValueError("a tenant appears more than once in the snapshot")
     seen: set[str] = set()
     for job in (*snapshot.pending, *snapshot.running):
         if job.id in seen:

@@ -200,3 +200,8 @@ def test_it_says_what_a_job_too_large_for_ever_needs() -> None:
         "waiting: needs 100 slots, more than tenant vision can ever hold "
         "(cluster: 64 slots, 100 Gbit/s); position 1 of 1"
     )
+
+
+def test_it_refuses_a_snapshot_with_a_tenant_twice() -> None:
+    with pytest.raises(ValueError, match="tenant appears more than once"):
+        decide([tenant("vision"), tenant("vision", slots=2)], [job("a", "vision")])
