@@ -75,6 +75,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.allows(event["payload"]):
             await self.send_json(event["payload"])
 
+    async def forward_many(self, event: dict[str, Any]) -> None:
+        """A batch from the ingest's fan-out: each payload is its own websocket message."""
+        for payload in event["payloads"]:
+            if self.allows(payload):
+                await self.send_json(payload)
+
     async def access_changed(self, event: dict[str, Any]) -> None:
         """The user's memberships changed: re-resolve; close if nothing is left."""
         user = self.scope["user"]

@@ -27,6 +27,8 @@ from controlplane.lib.publish import FORWARD
 log = logging.getLogger(__name__)
 
 Outgoing = tuple[str, Mapping[str, Any]]
+# Consumers handle this too: forward each of ``payloads`` in order (see consumers.py).
+FORWARD_MANY = "forward.many"
 
 
 class Fanout:
@@ -72,8 +74,13 @@ class Fanout:
         return len(batch)
 
     async def _send_group(self, group: str, payloads: list[Mapping[str, Any]]) -> None:
-        for payload in payloads:  # in order within a group
-            await self._layer.group_send(group, {"type": FORWARD, "payload": dict(payload)})
+        # One channel-layer message per group and batch: a group_send costs several Redis
+        # round trips, so when the ingest falls behind its batches grow and each message
+        # gets cheaper (the backlog shrinks instead of compounding).
+        if len(payloads) == 1:
+            await self._layer.group_send(group, {"type": FORWARD, "payload": dict(payloads[0])})
+        else:
+            await self._layer.group_send(group, {"type": FORWARD_MANY, "payloads": [dict(p) for p in payloads]})
 
 
 _shared: Fanout | None = None

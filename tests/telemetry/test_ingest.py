@@ -119,7 +119,10 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
 
     stored = LinkState.objects.get(job=job)
     assert (stored.step, stored.bandwidth_bps, stored.state) == (2, 1e8, "degraded")
-    first = async_to_sync(layer.receive)(channel)["payload"]
+    batch = async_to_sync(layer.receive)(channel)
+    assert batch["type"] == "forward.many"  # one channel message per group and batch
+    first = batch["payloads"][0]
+    assert [p["data"]["step"] for p in batch["payloads"]] == [1, 2]
     assert first["type"] == "link"
     assert first["data"]["cells"] == [
         {"src": 0, "dst": 1, "bandwidth_mbps": 900.0, "latency_ms": 2.0, "jitter_ms": 0.1, "state": "ok"}

@@ -105,3 +105,13 @@ async def test_a_stalled_reader_does_not_hold_back_another_one(private_redis, al
         received.append((await layer.receive(reader))["payload"]["i"])
     assert received == list(range(n))
     assert loop.time() - started < 30
+
+
+async def test_a_batch_from_the_fan_out_reaches_the_socket_as_separate_messages_in_order(private_redis, alice, vision):
+    job = await make_job(vision, alice)
+    ws = await open_socket(f"/ws/jobs/{job.pk}/", alice)
+    await ws.receive_json_from(timeout=5)  # status
+    payloads = [{"type": "metrics", "job": job.pk, "data": {"step": s}} for s in (1, 2, 3)]
+    await get_channel_layer().group_send(f"job.{job.pk}", {"type": "forward.many", "payloads": payloads})
+    assert [await ws.receive_json_from(timeout=5) for _ in payloads] == payloads
+    await ws.disconnect()
