@@ -9,6 +9,7 @@ change, and every few seconds by beat.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import redis
@@ -96,14 +97,14 @@ def _admit(admission: core.Admission) -> None:
     transaction.on_commit(lambda: app.send_task("workers.tasks.launch_job", args=(job.pk,)))
 
 
-def _write_waiting(waiting: object) -> None:
-    for wait in waiting:  # type: ignore[attr-defined]
+def _write_waiting(waiting: Iterable[core.Waiting]) -> None:
+    for wait in waiting:
         Job.objects.filter(pk=int(wait.job_id), status=JobStatus.QUEUED).exclude(
             status_reason=wait.reason, wait_code=wait.code
         ).update(status_reason=wait.reason, wait_code=str(wait.code))
 
 
-def _write_allocations(allocations: dict[str, core.Allocation]) -> dict[int, float]:
+def _write_allocations(allocations: Mapping[str, core.Allocation]) -> dict[int, float]:
     """Store each holding job's allocation; push changes after commit. Returns Mbit/s by job."""
     mbps = {int(job_id): a.bps / adapters.MBPS for job_id, a in allocations.items()}
     changed: list[tuple[int, str, float]] = []
