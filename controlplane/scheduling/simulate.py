@@ -13,6 +13,8 @@ Trace format (one JSON object; bandwidth in Mbit/s, times in seconds):
     {
       "cluster": {"slots": 48, "fabric_mbps": 10000},
       "tick_s": 30,                      # optional: re-allocate at least this often (urgency)
+      "fabric_changes": [                # optional: link changes, e.g. a degraded link
+        {"at": 1800, "fabric_mbps": 6000}, {"at": 2400, "fabric_mbps": 10000}],
       "checkpoint_s": 60,                # optional: a preempted job loses work since its last
                                          #   checkpoint, taken every this many work-seconds
       "tenants": [
@@ -97,6 +99,7 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     tick_s: float = 30.0
     checkpoint_s: float = 60.0
+    fabric_changes: tuple[tuple[float, float], ...] = ()  # (time, fabric bit/s), by time
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
@@ -160,6 +163,12 @@ def load(raw: Mapping[str, Any]) -> Trace:
         jobs=tuple(sorted((_job(j) for j in raw["jobs"]), key=lambda j: (j.arrival, j.id))),
         tick_s=float(raw.get("tick_s", 30.0)),
         checkpoint_s=float(raw.get("checkpoint_s", 60.0)),
+        fabric_changes=tuple(
+            sorted(
+                (float(c["at"]), float(c["fabric_mbps"]) * MBIT)
+                for c in raw.get("fabric_changes", ())
+            )
+        ),
     )
 
 
@@ -235,7 +244,11 @@ class Simulation:
             raise ValueError(f"bandwidth must be one of {MODES}, got {bandwidth}")
         self.trace = trace
         self.mode = bandwidth
-        self.fabric = trace.cluster.fabric_bps
+        self.cluster = trace.cluster
+        self.fabric = trace.cluster.fabric_bps  # now; changes with fabric_changes
+        self.full = trace.cluster.fabric_bps  # full speed of a job without a ceiling
+        self.changes = list(reversed(trace.fabric_changes))  # pop() gives the next change
+        self.fabric_seconds = 0.0
         self.states = {j.id: _State(job=j) for j in trace.jobs}
         self.arrivals = list(reversed(trace.jobs))  # pop() gives the next arrival
         self.pending: dict[str, _State] = {}
@@ -250,9 +263,14 @@ class Simulation:
     def run(self) -> Metrics:
         """Replay the whole trace and return its metrics."""
         while self.arrivals or self.running:
-            if not self.arrivals and not any(s.rate(self.fabric) for s in self.running.values()):
+            if not (
+                self.arrivals
+                or self.changes
+                or any(s.rate(self.full) for s in self.running.values())
+            ):
                 break  # stalled: the running jobs get no bandwidth and nothing else will happen
             self._advance(self._next_event())
+            self._change_fabric()
             self._arrive()
             self._decide()
         return self._metrics()
@@ -262,8 +280,10 @@ class Simulation:
         candidates = [self.now + self.trace.tick_s] if self.running else []
         if self.arrivals:
             candidates.append(self.arrivals[-1].arrival)
+        if self.changes:
+            candidates.append(self.changes[-1][0])
         for s in self.running.values():
-            rate = s.rate(self.fabric)
+            rate = s.rate(self.full)
             if rate > 0:
                 candidates.append(self.now + s.left() / rate)
         return max(self.now, min(candidates))
@@ -273,15 +293,21 @@ class Simulation:
         dt = until - self.now
         self.slot_seconds += dt * sum(s.job.slots for s in self.running.values())
         self.bit_seconds += dt * sum(s.bps for s in self.running.values())
+        self.fabric_seconds += dt * self.fabric
         for s in self.running.values():
-            s.done += dt * s.rate(self.fabric)
+            s.done += dt * s.rate(self.full)
         self.now = until
         for job_id in [
             i for i, s in self.running.items() if s.left() <= DONE * max(1, s.job.duration)
         ]:
             self.running.pop(job_id).finished = self.now
 
-    # 3. queue the jobs that arrive now
+    # 3. apply the link changes due now, then queue the jobs that arrive now
+    def _change_fabric(self) -> None:
+        while self.changes and self.changes[-1][0] <= self.now:
+            self.fabric = self.changes.pop()[1]
+            self.cluster = Cluster(slots=self.cluster.slots, fabric_bps=self.fabric)
+
     def _arrive(self) -> None:
         while self.arrivals and self.arrivals[-1].arrival <= self.now:
             job = self.arrivals.pop()
@@ -290,7 +316,7 @@ class Simulation:
     # 4. ask the scheduler, then apply its decision
     def _decide(self) -> None:
         snapshot = Snapshot(
-            cluster=self.trace.cluster,
+            cluster=self.cluster,
             tenants=self.trace.tenants,
             pending=[self._request(s) for s in self.pending.values()],
             running=[self._request(s).started(s.started_at) for s in self.running.values()],
@@ -302,7 +328,7 @@ class Simulation:
 
     def _request(self, s: _State) -> JobRequest:
         job = s.job
-        rate = s.rate(self.fabric) if s.job.id in self.running else 0.0
+        rate = s.rate(self.full) if s.job.id in self.running else 0.0
         return JobRequest(
             id=job.id,
             tenant=job.tenant,
@@ -338,7 +364,7 @@ class Simulation:
             for s in states:
                 s.bps = decision.allocations[s.job.id].bps
             return
-        caps = [min(s.full_speed_bps(self.fabric), self.fabric) for s in states]
+        caps = [min(s.full_speed_bps(self.full), self.fabric) for s in states]
         if self.mode == "equal":
             shares = water_fill([1.0] * len(states), [0.0] * len(states), caps, self.fabric)
         else:  # fcfs: in start order, each takes what it can use of what is left
@@ -372,8 +398,8 @@ class Simulation:
             deadline_jobs=len(with_deadline),
             deadline_misses=sum(misses.values()),
             slot_utilisation=self.slot_seconds / capacity_s if capacity_s else 0.0,
-            bandwidth_utilisation=self.bit_seconds / (wall * self.fabric)
-            if wall and self.fabric
+            bandwidth_utilisation=self.bit_seconds / self.fabric_seconds
+            if self.fabric_seconds
             else 0.0,
             jct_mean_s=sum(jct) / len(jct) if jct else 0.0,
             jct_p95_s=percentile(jct, 95),

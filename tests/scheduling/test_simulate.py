@@ -109,3 +109,31 @@ def test_it_ends_when_the_jobs_left_can_never_be_admitted() -> None:
 def test_it_refuses_a_trace_without_a_checkpoint_interval() -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         simulate.load({**small_trace(), "checkpoint_s": 0})
+
+
+def test_a_link_change_moves_bandwidth_to_the_higher_priority_floor() -> None:
+    def job(job_id: str, priority: str) -> dict[str, Any]:
+        return {
+            "id": job_id,
+            "tenant": "vision",
+            "arrival": 0,
+            "slots": 1,
+            "priority": priority,
+            "duration": 100,
+            "comm_fraction": 1.0,
+            "floor_mbps": 600,
+            "ceiling_mbps": 600,
+        }
+
+    raw = {
+        "cluster": {"slots": 8, "fabric_mbps": 1200},
+        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1200}],
+        "jobs": [job("low", "low"), job("high", "critical")],
+        "fabric_changes": [{"at": 10, "fabric_mbps": 600}],
+    }
+    metrics = simulate.run(simulate.load(raw))
+    # both run at full speed for 10 s; then only the critical job keeps its floor and ends at
+    # 100; the low one resumes then and ends at 190
+    assert metrics.completed == 2
+    assert metrics.wall_s == pytest.approx(190)
+    assert metrics.bandwidth_utilisation == pytest.approx(1.0)
