@@ -137,3 +137,13 @@ def test_a_link_change_moves_bandwidth_to_the_higher_priority_floor() -> None:
     assert metrics.completed == 2
     assert metrics.wall_s == pytest.approx(190)
     assert metrics.bandwidth_utilisation == pytest.approx(1.0)
+
+
+def test_a_replay_is_deterministic() -> None:
+    trace = simulate.load(json.loads(EXAMPLE.read_text()))
+    timing = {"decision_real_s", "decision_max_ms", "decision_us_per_job"}
+
+    def replay() -> dict[str, Any]:
+        return {k: v for k, v in simulate.run(trace).as_dict().items() if k not in timing}
+
+    assert replay() == replay()
