@@ -11,6 +11,7 @@ One pass over the pending jobs, O(n log t) for n pending jobs of t tenants:
    - it does not fit but preemption (:mod:`.preemption`) makes room: admit it with its victims;
    - otherwise it waits; in a StrictFIFO queue every job behind it waits too ("blocked"),
      in a BestEffortFIFO queue the tenant's next job gets its turn.
+   A peer whose borrowed slots a reclaim just took is re-keyed by its lower share.
 4. Number the waiting jobs of each tenant in queue order and write their reasons.
 
 Use only grows during a pass except where victims leave, so a job that did not fit when its
@@ -79,26 +80,42 @@ class _Pass:
         self.outcome = Outcome(ledger=ledger)
         # Per job id: (code, detail) of jobs that wait; numbered at the end.
         self.details: dict[str, tuple[WaitCode, str]] = {}
+        self.heap: list[tuple[float, float, int, float, str, str, int]] = []
+        self.cursor = dict.fromkeys(queues, 0)  # index of each tenant's next job
+        # A tenant's heap entry is valid only with its latest version: when a reclaim lowers a
+        # peer's share, the peer is pushed again and its older entry is skipped.
+        self.version = dict.fromkeys(queues, 0)
 
     def run(self) -> Outcome:
-        heap: list[tuple[float, float, int, float, str, str, int]] = []
         for tenant in self.queues:
-            heapq.heappush(heap, self._entry(tenant, 0))
-        while heap:
-            *_, tenant, index = heapq.heappop(heap)
-            queue = self.queues[tenant]
+            self._push(tenant)
+        while self.heap:
+            *_, tenant, version = heapq.heappop(self.heap)
+            if version != self.version[tenant]:
+                continue
+            queue, index = self.queues[tenant], self.cursor[tenant]
             if not self._turn(queue[index]) and self._strict(tenant):
                 self._block(queue, index)
+                self.cursor[tenant] = len(queue)
                 continue
+            self.cursor[tenant] = index + 1
             if index + 1 < len(queue):
-                heapq.heappush(heap, self._entry(tenant, index + 1))
+                self._push(tenant)
         self._number()
         return self.outcome
 
-    def _entry(self, tenant: str, index: int) -> tuple[float, float, int, float, str, str, int]:
-        head = self.queues[tenant][index]
+    def _push(self, tenant: str) -> None:
+        """Queue the tenant's turn for its next job, keyed by its share now."""
+        head = self.queues[tenant][self.cursor[tenant]]
         borrowing, dominant = share(self.ledger.account(tenant), self.ledger)
-        return (borrowing, dominant, -head.priority, head.submit_time, head.id, tenant, index)
+        self.version[tenant] += 1
+        key = (borrowing, dominant, -head.priority, head.submit_time, head.id)
+        heapq.heappush(self.heap, (*key, tenant, self.version[tenant]))
+
+    def _reshare(self, tenant: str) -> None:
+        """A reclaim took jobs of ``tenant``: its share fell, so it may be served sooner."""
+        if tenant in self.queues and self.cursor[tenant] < len(self.queues[tenant]):
+            self._push(tenant)
 
     def _strict(self, tenant: str) -> bool:
         return self.ledger.account(tenant).quota.queue_policy is QueuePolicy.STRICT_FIFO
@@ -134,6 +151,8 @@ class _Pass:
                 reason=reasons.admitted(account, len(victims)),
             )
         )
+        for peer in {v.tenant for v in victims} - {job.tenant}:
+            self._reshare(peer)
         for victim in victims:
             reclaim = victim.tenant != job.tenant
             self.outcome.victims.append(victim)

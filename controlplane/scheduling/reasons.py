@@ -25,7 +25,7 @@ def _lendable(account: Account) -> float:
     pool = dim.pool
     if pool is None:
         return 0.0
-    idle = pool.lendable - dim.lendable_at(dim.used) - pool.borrowed + dim.borrowed_at(dim.used)
+    idle = pool.lendable - dim.lendable_at(dim.used) - pool.borrowed  # others' idle, unborrowed
     return max(0.0, min(dim.borrow_limit - dim.borrowed_at(dim.used), idle))
 
 

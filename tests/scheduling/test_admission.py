@@ -205,3 +205,27 @@ def test_it_says_what_a_job_too_large_for_ever_needs() -> None:
 def test_it_refuses_a_snapshot_with_a_tenant_twice() -> None:
     with pytest.raises(ValueError, match="tenant appears more than once"):
         decide([tenant("vision"), tenant("vision", slots=2)], [job("a", "vision")])
+
+
+def test_it_serves_a_tenant_by_its_share_after_a_reclaim_lowered_it() -> None:
+    """vision reclaims nlp's newest job; nlp then borrows nothing and goes before speech, which
+    still borrows, for the last two free slots."""
+    lab = {"cohort": "lab"}
+    tenants = [
+        tenant("vision", slots=4, **lab),
+        tenant("nlp", slots=4, **lab),
+        tenant("speech", slots=4, **lab),
+        tenant("idle", slots=4, **lab),
+    ]
+    holding = [
+        running("n-old", "nlp", 4, started=1),
+        running("n-new", "nlp", 4, started=3),
+        running("s-old", "speech", 6, started=2),
+    ]
+    pending = [job("v", "vision", 4), job("n", "nlp", 2), job("s", "speech", 2)]
+    decision = decide(tenants, pending, holding, slots=16)
+    assert [p.job_id for p in decision.preemptions] == ["n-new"]
+    assert admitted_ids(decision) == ["v", "n"]
+    assert decision.waiting["s"].reason.startswith(
+        "waiting: tenant speech at 6/4 slots, needs 2; cohort lab can lend 0"
+    )
