@@ -14,8 +14,9 @@ One pass over the pending jobs, O(n log t) for n pending jobs of t tenants:
    A peer whose borrowed slots a reclaim just took is re-keyed by its lower share.
 4. Number the waiting jobs of each tenant in queue order and write their reasons.
 
-Use only grows during a pass except where victims leave, so a job that did not fit when its
-turn came would not have fitted later either: each job is looked at once.
+Each job is looked at once. Use only grows during a pass, so a job that did not fit when its
+turn came would not fit later in the pass either; the one exception is a preemption that frees
+more than its preemptor takes, and a job passed over before it gets its turn next decision.
 """
 
 from __future__ import annotations
