@@ -45,3 +45,8 @@ format: $(STAMP)
 
 clean:
 	rm -rf run
+
+# Refresh docs/screenshots/*.png: the live-dashboard browser tests, with a real run.
+.PHONY: screenshots
+screenshots: $(STAMP) chromium
+	SYNCLANE_SCREENSHOTS=$(CURDIR)/docs/screenshots $(PY) -m controlplane.devstack test -m browser -q tests/browser/test_live_dashboard.py

@@ -231,9 +231,9 @@ def stacked_area_figure(title: str, ytitle: str, stacks: Mapping[str, Series], *
 
 
 def topology_figure(nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[str, Any]]) -> Figure:
-    """Nodes on a circle, links as lines coloured by health.
+    """Nodes on a circle, nodes and links coloured by health.
 
-    ``nodes``: ``{"name", "slots", "used"}``; ``links``: ``{"a", "b", "state", "label"}``
+    ``nodes``: ``{"name", "slots", "used", "state"}`` (state: the worst link of its jobs); ``links``: ``{"a", "b", "state", "label"}``
     with ``a``/``b`` node names. A link whose ends are unknown is skipped.
     """
     pos = _circle([n["name"] for n in nodes])
@@ -251,7 +251,7 @@ def topology_figure(nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[
         "type": "scatter", "mode": "markers+text", "showlegend": False, "textposition": "bottom center",
         "x": [pos[n["name"]][0] for n in nodes], "y": [pos[n["name"]][1] for n in nodes],
         "text": [f"{n['name']} ({n.get('used', 0)}/{n['slots']} slots)" for n in nodes],
-        "marker": {"size": 26, "color": "#3558d6"},
+        "marker": {"size": 26, "color": [HEALTH_COLOURS.get(n.get("state"), "#3558d6") for n in nodes]},
     })
     layout = _layout("Topology", "", "")
     hidden = {"visible": False, "range": [-1.6, 1.6]}

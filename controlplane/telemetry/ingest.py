@@ -134,7 +134,9 @@ class Ingest:
             alarm = record_alarm(job, data)
             if alarm is not None:
                 data["alarm_id"] = alarm.pk  # lets a page acknowledge it
-        if last_step != job.last_step:
+        # The step is written with the samples (as often as they are kept): one UPDATE per
+        # message cost more than the rest of the ingest; pages get steps live anyway.
+        if samples and last_step != job.last_step:
             Job.objects.filter(pk=job.pk).update(last_step=last_step)
 
     def _route(self, job: Job, messages: list[tuple[str, dict[str, Any]]], out: list[Outgoing]) -> None:

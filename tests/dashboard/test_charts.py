@@ -75,12 +75,13 @@ def test_stacked_area_has_one_stacked_trace_per_tenant():
 
 
 def test_topology_colours_links_by_health_and_skips_unknown_nodes():
-    nodes = [{"name": "a", "slots": 4, "used": 2}, {"name": "b", "slots": 4, "used": 0}]
+    nodes = [{"name": "a", "slots": 4, "used": 2, "state": "down"}, {"name": "b", "slots": 4, "used": 0}]
     links = [{"a": "a", "b": "b", "state": "degraded"}, {"a": "a", "b": "zzz", "state": "ok"}]
     fig = charts.topology_figure(nodes, links)
     lines = [t for t in fig["data"] if t["mode"] == "lines"]
     assert len(lines) == 1 and lines[0]["line"]["color"] == charts.HEALTH_COLOURS["degraded"]
     assert "a (2/4 slots)" in fig["data"][-1]["text"]
+    assert fig["data"][-1]["marker"]["color"][0] == charts.HEALTH_COLOURS["down"]
 
 
 def test_usage_bars_show_percent_of_nominal_with_borrowing_on_top():
