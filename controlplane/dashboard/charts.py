@@ -216,7 +216,6 @@ def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") ->
     }
     layout = _layout(f"Link health · {HEATMAP_METRICS[metric]}", "", "")
     layout["yaxis"] = {"autorange": "reversed"}
-    layout["xaxis"] = {"side": "top"}
     return {"data": [trace], "layout": layout, "meta": {"metric": metric, "measured": _count(z)}}
 
 
@@ -315,9 +314,10 @@ def _num(value: Any) -> float | None:
 
 
 def _fmt(value: Any) -> str:
+    """Three significant digits, whole numbers from 100 up (no exponents in a cell)."""
     if value is None:
         return ""
-    return f"{value:.3g}"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _count(z: Sequence[Sequence[Any]]) -> int:

@@ -107,7 +107,10 @@ def tenant_running(tenant: Tenant) -> list[Job]:
 
 
 def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) -> dict[str, Any]:
-    """Allocation by tenant and throughput per job over the last minutes, for ``tenants``."""
+    """Allocation by tenant and throughput per job over the last minutes, for ``tenants``.
+
+    Throughput is keyed by job id (what live ``metrics`` summaries carry), with a ``name``.
+    """
     now = now or timezone.now()
     rows = (
         MetricSample.objects.filter(job__tenant__in=tenants, reported_at__gte=now - CLUSTER_WINDOW)
@@ -120,7 +123,7 @@ def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) 
         if isinstance(data.get("allocation_bps"), int | float):
             alloc.append((ts, slug, job_id, data["allocation_bps"] / 1e6))
         if isinstance(data.get("samples_per_s"), int | float):
-            series = throughput.setdefault(f"{job_id} {name}", {"x": [], "y": []})
+            series = throughput.setdefault(str(job_id), {"name": f"{job_id} {name}", "x": [], "y": []})
             series["x"].append(when.isoformat())
             series["y"].append(data["samples_per_s"])
     stacks = stack_by_bucket(alloc, bucket_s=CLUSTER_BUCKET_S)

@@ -174,10 +174,10 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "running": visible.filter(status__in=ACTIVE).order_by("tenant__slug", "pk"),
         "figures": {
             "topology": charts.topology_figure(nodes, []),
-            "allocation": charts.stacked_area_figure("Bandwidth allocation by tenant", "Mbit/s", share["allocation"]),
+            "allocation": charts.stacked_area_figure("Bandwidth allocation by tenant", "Mbit/s", share["allocation"], x_title=""),
             "throughput": charts.line_figure(
                 "Throughput of all runs", "samples/s",
-                [(name, name, s) for name, s in sorted(share["throughput"].items())], x_title="time",
+                [(key, s["name"], s) for key, s in sorted(share["throughput"].items())], x_title="",
             ),
         },
         "is_site_admin": request.user.is_superuser,

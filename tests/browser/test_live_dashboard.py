@@ -44,7 +44,8 @@ def reporter_for(job_id: int) -> Reporter:
 
 
 def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cleared(page, live, alice, django_user_model):
-    job_id = submit(live, "alice", steps=2000)  # long enough to stay running; cancelled at the end
+    # Adaptive sync reports drift; 2000 steps keep it running; it is cancelled at the end.
+    job_id = submit(live, "alice", steps=2000, sync="adaptive")
     log_in(page, live, "alice")
     page.goto(f"{live.url}/jobs/{job_id}/")
     page.wait_for_function("document.getElementById('live-state').textContent === 'live'", timeout=15_000)
@@ -67,13 +68,17 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     run.alarm("sync_drift", value=0.21, threshold=0.05, step=12, detail="rank 1 drifted 0.2100")
     page.wait_for_selector("#alarm-rows tr.alarm-open[data-kind=sync_drift]", timeout=5_000)
     assert "0.21" in page.inner_text("#alarm-rows")
+    # 4. The log tail shows rank 0's output (files: fetched on request, not streamed).
+    page.click("#logs-refresh")
+    page.wait_for_function("document.getElementById('logs').textContent.includes('rank 0')", timeout=10_000)
+    assert "tiny_gpt" in page.inner_text("#logs")
     shoot(page, "job")
     run.alarm("sync_drift", value=0.01, threshold=0.05, step=20, state="cleared", detail="drift recovered")
     page.wait_for_selector("#alarm-rows tr.alarm-cleared[data-kind=sync_drift]", timeout=5_000)
     assert page.locator("#alarm-rows tr.alarm-open").count() == 0
     run.close()
 
-    # 4. A dropped socket reconnects and backfills what it missed.
+    # 5. A dropped socket reconnects and backfills what it missed.
     page.evaluate("window.synclaneSocket.close()")
     page.wait_for_function("window.synclane.backfills >= 1", timeout=15_000)
     assert page.inner_text("#live-state") == "live"

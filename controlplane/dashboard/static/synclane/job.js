@@ -87,7 +87,12 @@
     const t = figures.drift.meta.threshold;
     if (t !== null && t !== undefined) shapes.push({ type: "line", xref: "paper", yref: "y", x0: 0, x1: 1, y0: t, y1: t,
       line: { color: "#c2352b", dash: "dash", width: 1.5 }, name: "threshold" });
-    Plotly.relayout(el, { shapes: shapes });
+    const update = { shapes: shapes };
+    // Without drift points (a strategy that does not measure drift) Plotly would not
+    // widen the axis for shapes alone: show the steps so far.
+    if (!el.data[0].x.length) { update["xaxis.range"] = [0, Math.max(1, lastStep)]; state.driftRange = true; }
+    else if (state.driftRange) { update["xaxis.autorange"] = true; state.driftRange = false; }
+    Plotly.relayout(el, update);
   }
 
   // --- link health heatmap ---
@@ -98,12 +103,17 @@
     const trace = Object.assign({}, fig.data[0], {
       x: m.ranks.map((r) => "to " + r), y: m.ranks.map((r) => "rank " + r),
       z: m.state.map((row) => row.map((s) => (s === null ? null : CODES[s]))),
-      text: m[metric].map((row) => row.map((v) => (v === null ? "" : Number(v).toPrecision(3)))),
+      text: m[metric].map((row) => row.map(fmt)),
     });
     const label = { bandwidth_mbps: "bandwidth (Mbit/s)", latency_ms: "latency (ms)", jitter_ms: "jitter (ms)" }[metric];
     const layout = Object.assign({}, fig.layout, { title: { text: "Link health · " + label, font: { size: 14 } } });
     Plotly.react("chart-heatmap", [trace], layout, { displayModeBar: false, responsive: true });
     state.measured = m.state.flat().filter((s) => s !== null).length;
+  }
+  // Mirror of charts._fmt: three significant digits, whole numbers from 100 up.
+  function fmt(v) {
+    if (v === null || v === undefined) return "";
+    return Math.abs(v) >= 100 ? Math.round(v).toString() : String(Number(Number(v).toPrecision(3)));
   }
   function grow(n) {
     const m = state.links;
@@ -164,7 +174,11 @@
     } else {
       a = { alarm_id: data.alarm_id, kind: data.kind, step: data.step, value: data.value, threshold: data.threshold,
             detail: data.detail, raised_at: when, cleared_at: null, acknowledged: false };
-      if (data.kind === "sync_drift" && setEnhanced(data.step || state.lastStep, true)) redrawPeriods(state.lastStep);
+      if (data.kind === "sync_drift") {
+        if (typeof data.threshold === "number") figures.drift.meta.threshold = data.threshold;  // the run's own
+        setEnhanced(data.step || state.lastStep, true);
+        redrawPeriods(state.lastStep);
+      }
     }
     renderAlarm(a);
   }
