@@ -12,7 +12,9 @@ every strategy; ``none`` (no communication at all) is the ceiling. Writes a list
 busbw_utilisation}`` to ``bench-results/sync.json`` and prints a table averaged over seeds.
 
 ``busbw_utilisation``: wire bytes a rank sent over the run / (link rate x run wall time),
-i.e. the share of the emulated link's capacity the strategy kept busy.
+i.e. the share of the emulated link's capacity the strategy kept busy. The table's
+``link ms`` is the link time one step's bytes need (bytes x 8 / rate): the communication
+cost alone, which does not move with CPU load, unlike samples/s.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--out", default=str(REPO / "bench-results" / "sync.json"))
+    ap.add_argument(
+        "--report", metavar="JSON", help="only print the table of an earlier run's rows"
+    )
     args = ap.parse_args()
     if args.quick:
         args.links, args.seeds, args.steps = "100", "0", 150
@@ -57,6 +62,7 @@ def run_one(*, strategy: str, world: int, link: float, seed: int, steps: int) ->
             GLOO_SOCKET_IFNAME="lo",
             MASTER_ADDR="127.0.0.1",
             SYNCLANE_LINK_MBPS=str(link),
+            SYNCLANE_PROBE_EVERY="0",  # probes off: every strategy pays the same (nothing)
             PYTHONPATH=str(REPO),
         )
         cmd = [
@@ -92,7 +98,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         groups.setdefault((row["world_size"], row["link_mbps"], row["strategy"]), []).append(row)
     lines = [
         f"{'ranks':>5} {'link':>6} {'strategy':<9} {'samples/s':>10} {'x full':>7} {'% ceil':>7} "
-        f"{'val_loss':>9} {'gap':>8} {'KB/step':>8} {'busbw':>6} {'seeds':>5}"
+        f"{'val_loss':>9} {'gap':>8} {'KB/step':>8} {'link ms':>8} {'busbw':>6} {'seeds':>5}"
     ]
     for (world, link, strategy), group in sorted(
         groups.items(), key=lambda kv: (kv[0][0], kv[0][1], STRATEGIES.index(kv[0][2]))
@@ -108,6 +114,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{world:>5} {link:>6.0f} {strategy:<9} {sps:>10.1f} {sps / full_sps:>7.2f} {100 * sps / ceil_sps:>6.1f}% "
             f"{loss:>9.4f} {100 * (loss - full_loss) / full_loss:>+7.2f}% "
             f"{statistics.mean(r['bytes_per_step'] for r in group) / 1024:>8.1f} "
+            f"{statistics.mean(r['bytes_per_step'] for r in group) * 8 / (link * 1e3):>8.1f} "
             f"{statistics.mean(r['busbw_utilisation'] for r in group):>6.2f} {len(group):>5}"
         )
     return "\n".join(lines)
@@ -115,6 +122,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     args = parse_args()
+    if args.report:
+        print(table(json.loads(Path(args.report).read_text())))
+        return 0
     worlds = [int(w) for w in args.world_sizes.split(",")]
     links = [float(x) for x in args.links.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -55,6 +55,7 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_SYNC_PERIOD: "32", p.ENV_MAX_SYNC_PERIOD: "16"}, "sync_period"),
         ({p.ENV_DRIFT_THRESHOLD: "-1"}, "drift_threshold"),
         ({p.ENV_FAULT: "rank=1,speed=3"}, "bad fault spec"),
+        ({p.ENV_CRITICAL: "attn("}, "regular expression"),
     ],
 )
 def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], message: str) -> None:

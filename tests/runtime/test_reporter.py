@@ -156,3 +156,14 @@ def test_without_a_control_plane_the_allocation_is_unlimited() -> None:
     client = AllocationClient.from_env(RuntimeConfig()).start()
     assert client.current_bps() is None
     client.close()
+
+
+def test_a_zero_allocation_crawls_instead_of_blocking_forever(
+    redis_url: str, r: redis.Redis
+) -> None:
+    r.set(p.allocation_key("22"), 0)
+    client = AllocationClient(redis_url=redis_url, job_id="22").start()
+    try:
+        assert client.current_bps() == 1_000_000
+    finally:
+        client.close()

@@ -39,8 +39,8 @@ class RuntimeConfig:
     critical: str | None = (
         None  # regex of parameter names synced every step (adaptive); None: attention
     )
-    sync_period: int = 4  # initial H: global sync of non-critical params every H steps
-    max_sync_period: int = 16  # upper bound of H (AdaComm-style growth stops here)
+    sync_period: int = 8  # initial H: global sync of non-critical params every H steps
+    max_sync_period: int = 32  # upper bound of H (the allocation bound stops here)
     bucket_cap_mb: float = 1.0  # DDP bucket size (fusion of small tensors into buckets)
     chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start
@@ -120,8 +120,8 @@ class RuntimeConfig:
             "world_size": _int(e, "WORLD_SIZE", 1),
             "metrics_rank": _int(e, p.ENV_METRICS_RANK, 0),
             "sync": _str(e, p.ENV_SYNC) or p.SYNC_FULL,
-            "sync_period": _int(e, p.ENV_SYNC_PERIOD, 4),
-            "max_sync_period": _int(e, p.ENV_MAX_SYNC_PERIOD, 16),
+            "sync_period": _int(e, p.ENV_SYNC_PERIOD, 8),
+            "max_sync_period": _int(e, p.ENV_MAX_SYNC_PERIOD, 32),
             "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.08),
             "link_mbps": _float_or_none(e, p.ENV_LINK_MBPS),
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),

@@ -208,7 +208,15 @@ class CommEngine:
         payload = chunk.numel() * chunk.element_size()
         wire = ring_allreduce_wire_bytes(payload, self.world_size)
         started = self.stats.launched()
-        dist.all_reduce(chunk, group=self.group)
+        if chunk.is_cuda:
+            # NCCL collectives are asynchronous to the CPU: wait for the producer (backward)
+            # before, and for the reduction after, so timing and pacing see the real transfer.
+            # (Untested here: no GPU on the development machines.)
+            torch.cuda.synchronize(chunk.device)
+            dist.all_reduce(chunk, group=self.group)
+            torch.cuda.synchronize(chunk.device)
+        else:
+            dist.all_reduce(chunk, group=self.group)
         inside = time.perf_counter() - started
         self.pacer.acquire(wire, started=started)
         self.stats.completed(started, payload_bytes=payload, wire_bytes=wire)

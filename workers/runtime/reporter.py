@@ -30,6 +30,7 @@ from workers.runtime.config import RuntimeConfig
 log = logging.getLogger(__name__)
 
 Number = float | int
+MIN_ALLOCATION_BPS = 1_000_000  # an allocation of 0 (or less) is paced at 1 Mbit/s
 # What a Redis call may raise when the server is slow, gone or confused.
 _REDIS_ERRORS = (redis.RedisError, OSError)
 
@@ -204,7 +205,8 @@ class AllocationClient:
     subscribes to ``allocation_channel(job_id)`` (the nudge) and re-reads
     ``allocation_key(job_id)`` on every nudge and every ``refresh_s`` seconds, since pub/sub
     drops messages across reconnects and the key is the truth. ``current_bps()`` is a plain
-    attribute read. None means unlimited (key absent, or no control plane).
+    attribute read. None means unlimited (key absent, or no control plane); 0 is paced at
+    ``MIN_ALLOCATION_BPS`` (a zero rate would block the run forever).
     """
 
     def __init__(
@@ -300,7 +302,8 @@ def _parse_bps(raw: object) -> int | None:
     except ValueError:
         log.warning("allocation: ignoring non-numeric value %r", text)
         return None
-    return value if value > 0 else None
+    # Zero means "nothing granted"; pacing at zero would block forever, so crawl instead.
+    return max(value, MIN_ALLOCATION_BPS)
 
 
 def _dist_rank(default: int) -> int:

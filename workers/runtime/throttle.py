@@ -38,10 +38,12 @@ class TokenBucket:
         *,
         burst_s: float = _BURST_S,
         clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._rate_fn = rate_fn
         self._burst_s = burst_s
         self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._free_at = clock()
         self.waited_s = 0.0  # total time spent pacing, for statistics
@@ -70,7 +72,7 @@ class TokenBucket:
             wait = max(0.0, self._free_at - now)
             self.waited_s += wait
         if wait > 0:
-            time.sleep(wait)
+            self._sleep(wait)
         return wait
 
 
