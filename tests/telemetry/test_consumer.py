@@ -14,7 +14,8 @@ from controlplane.jobs.spec import JobSpec
 from controlplane.lib.publish import FORWARD
 from controlplane.telemetry.groups import job_group
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A hang fails fast, with a traceback of where it waited.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 
 

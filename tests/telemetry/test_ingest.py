@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -16,6 +17,8 @@ from controlplane.telemetry.ingest import Ingest
 from controlplane.telemetry.models import Alarm, MetricSample
 from workers.runtime import protocol
 
+pytestmark = pytest.mark.timeout(60)  # a hang fails fast, with a traceback of where it waited
+
 
 @pytest.fixture
 def job(vision, alice) -> Job:
@@ -26,6 +29,11 @@ def job(vision, alice) -> Job:
 def report(client, job_id: int, message_type: str, **data) -> None:
     client.xadd(protocol.telemetry_stream(job_id), {"type": message_type, "data": json.dumps(data)})
     client.sadd(protocol.ACTIVE_STREAMS_KEY, str(job_id))
+
+
+async def receive_one(layer, channel: str) -> dict:
+    """One channel-layer message, or a failure after 10 s (never a hung test)."""
+    return await asyncio.wait_for(layer.receive(channel), timeout=10)
 
 
 def metrics(step: int, ts: float, **extra) -> dict:
@@ -78,7 +86,7 @@ def test_it_forwards_every_message_to_the_jobs_group(private_redis, job):
 
     Ingest(client=private_redis).step(block_ms=10)
 
-    message = async_to_sync(layer.receive)(channel)
+    message = async_to_sync(receive_one)(layer, channel)
     assert message["payload"]["type"] == "metrics"
     assert message["payload"]["job"] == job.pk
     assert message["payload"]["data"]["step"] == 3
@@ -119,7 +127,7 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
 
     stored = LinkState.objects.get(job=job)
     assert (stored.step, stored.bandwidth_bps, stored.state) == (2, 1e8, "degraded")
-    batch = async_to_sync(layer.receive)(channel)
+    batch = async_to_sync(receive_one)(layer, channel)
     assert batch["type"] == "forward.many"  # one channel message per group and batch
     first = batch["payloads"][0]
     assert [p["data"]["step"] for p in batch["payloads"]] == [1, 2]
@@ -131,7 +139,7 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
 
 async def receive_n(layer, channel: str, n: int) -> list[dict]:
     """Receive ``n`` payloads on one event loop (the layer's receive buffer is per loop)."""
-    return [(await layer.receive(channel))["payload"] for _ in range(n)]
+    return [(await receive_one(layer, channel))["payload"] for _ in range(n)]
 
 
 @pytest.mark.parametrize("wide", ["tenant", "cluster"])

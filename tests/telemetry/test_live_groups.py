@@ -16,7 +16,8 @@ from controlplane.tenancy.models import Membership
 
 from .test_consumer import ORIGIN, cookie_for, make_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A hang fails fast, with a traceback of where it waited.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
 async def open_socket(path: str, user) -> WebsocketCommunicator:
@@ -102,7 +103,7 @@ async def test_a_stalled_reader_does_not_hold_back_another_one(private_redis, al
     received = []
     for i in range(n):
         await layer.group_send(group, {"type": FORWARD, "payload": {"i": i}})
-        received.append((await layer.receive(reader))["payload"]["i"])
+        received.append((await asyncio.wait_for(layer.receive(reader), timeout=10))["payload"]["i"])
     assert received == list(range(n))
     assert loop.time() - started < 30
 
