@@ -90,6 +90,10 @@ class Ingest:
             for job_id, entries in read.items()
             if job_id in jobs
         }
+        for messages in decoded.values():
+            for kind, data in messages:
+                if kind == protocol.MSG_LINK:  # pages draw cells; add them before anything is sent
+                    data["cells"] = [_cell_json(c) for c in link_cells(data)]
         # Live first: the pages should not wait for the disk. Alarms go after the write,
         # because they carry the stored alarm's id (a page acknowledges by it).
         live: list[Outgoing] = []
@@ -124,9 +128,7 @@ class Ingest:
             elif kind == protocol.MSG_ALARM:
                 alarms.append(data)
             elif kind == protocol.MSG_LINK:
-                cells = link_cells(data)
-                data["cells"] = [_cell_json(c) for c in cells]
-                for cell in cells:  # the newest measurement of a pair wins
+                for cell in link_cells(data):  # the newest measurement of a pair wins
                     links[(cell.src, cell.dst)] = _link_row(job, cell, _when(data))
         MetricSample.objects.bulk_create(samples)
         _upsert_links(list(links.values()))
