@@ -48,7 +48,9 @@ def derive(data: Mapping[str, Any]) -> dict[str, Any]:
     step_time, comm = _num(data.get("step_time_s")), _num(data.get("comm_time_s"))
     exposed = _num(data.get("exposed_comm_s"))
     if step_time is not None and (exposed is not None or comm is not None):
-        out["compute_time_s"] = max(0.0, step_time - (exposed if exposed is not None else comm or 0.0))
+        out["compute_time_s"] = max(
+            0.0, step_time - (exposed if exposed is not None else comm or 0.0)
+        )
     if (alloc := _num(data.get("allocation_bps"))) is not None:
         out["allocation_mbps"] = alloc / 1e6
     if (busbw := _num(data.get("busbw_bps"))) is not None:
@@ -86,7 +88,11 @@ def line_figure(
         data.append(trace)
     layout = _layout(title, x_title, ytitle)
     if y2:
-        layout["yaxis2"] = {"title": {"text": _label_of(traces, y2[0])}, "overlaying": "y", "side": "right"}
+        layout["yaxis2"] = {
+            "title": {"text": _label_of(traces, y2[0])},
+            "overlaying": "y",
+            "side": "right",
+        }
     return {"data": data, "layout": layout, "meta": {"live": [t[0] for t in traces]}}
 
 
@@ -94,7 +100,10 @@ def loss_figure(history: Mapping[str, Series]) -> Figure:
     return line_figure(
         "Loss",
         "loss",
-        [("loss", "train loss", _s(history, "loss")), ("val_loss", "validation loss", _s(history, "val_loss"))],
+        [
+            ("loss", "train loss", _s(history, "loss")),
+            ("val_loss", "validation loss", _s(history, "val_loss")),
+        ],
         markers=("val_loss",),
     )
 
@@ -134,7 +143,10 @@ def bandwidth_figure(history: Mapping[str, Series]) -> Figure:
 
 
 def drift_figure(
-    history: Mapping[str, Series], *, threshold: float | None, periods: Sequence[tuple[int, int | None]]
+    history: Mapping[str, Series],
+    *,
+    threshold: float | None,
+    periods: Sequence[tuple[int, int | None]],
 ) -> Figure:
     """Drift with its threshold as a dashed line and sync-enhancement periods shaded.
 
@@ -206,8 +218,12 @@ def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") ->
         "zmin": 0,
         "zmax": 2,
         "colorscale": [
-            [0.0, colours[0]], [0.33, colours[0]], [0.34, colours[1]],
-            [0.66, colours[1]], [0.67, colours[2]], [1.0, colours[2]],
+            [0.0, colours[0]],
+            [0.33, colours[0]],
+            [0.34, colours[1]],
+            [0.66, colours[1]],
+            [0.67, colours[2]],
+            [1.0, colours[2]],
         ],
         "showscale": False,
         "hovertemplate": "%{y} → %{x}: %{text}<extra></extra>",
@@ -219,17 +235,32 @@ def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") ->
     return {"data": [trace], "layout": layout, "meta": {"metric": metric, "measured": _count(z)}}
 
 
-def stacked_area_figure(title: str, ytitle: str, stacks: Mapping[str, Series], *, x_title: str = "time") -> Figure:
+def stacked_area_figure(
+    title: str, ytitle: str, stacks: Mapping[str, Series], *, x_title: str = "time"
+) -> Figure:
     """One filled, stacked trace per key (e.g. bandwidth allocation by tenant over time)."""
     data = [
-        {"type": "scatter", "name": name, "x": list(s.get("x", [])), "y": list(s.get("y", [])),
-         "stackgroup": "one", "mode": "lines", "line": {"width": 0.5}}
+        {
+            "type": "scatter",
+            "name": name,
+            "x": list(s.get("x", [])),
+            "y": list(s.get("y", [])),
+            "stackgroup": "one",
+            "mode": "lines",
+            "line": {"width": 0.5},
+        }
         for name, s in sorted(stacks.items())
     ]
-    return {"data": data, "layout": _layout(title, x_title, ytitle), "meta": {"live": sorted(stacks)}}
+    return {
+        "data": data,
+        "layout": _layout(title, x_title, ytitle),
+        "meta": {"live": sorted(stacks)},
+    }
 
 
-def topology_figure(nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[str, Any]]) -> Figure:
+def topology_figure(
+    nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[str, Any]]
+) -> Figure:
     """Nodes on a circle, nodes and links coloured by health.
 
     ``nodes``: ``{"name", "slots", "used", "state"}`` (state: the worst link of its jobs); ``links``: ``{"a", "b", "state", "label"}``
@@ -241,17 +272,36 @@ def topology_figure(nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[
         if link["a"] not in pos or link["b"] not in pos:
             continue
         (x0, y0), (x1, y1) = pos[link["a"]], pos[link["b"]]
-        data.append({
-            "type": "scatter", "mode": "lines", "x": [x0, x1], "y": [y0, y1], "showlegend": False,
-            "hoverinfo": "text", "text": link.get("label", ""),
-            "line": {"width": 3, "color": HEALTH_COLOURS.get(link.get("state"), HEALTH_COLOURS[None])},
-        })
-    data.append({
-        "type": "scatter", "mode": "markers+text", "showlegend": False, "textposition": "bottom center",
-        "x": [pos[n["name"]][0] for n in nodes], "y": [pos[n["name"]][1] for n in nodes],
-        "text": [f"{n['name']} ({n.get('used', 0)}/{n['slots']} slots)" for n in nodes],
-        "marker": {"size": 26, "color": [HEALTH_COLOURS.get(n.get("state"), "#3558d6") for n in nodes]},
-    })
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [x0, x1],
+                "y": [y0, y1],
+                "showlegend": False,
+                "hoverinfo": "text",
+                "text": link.get("label", ""),
+                "line": {
+                    "width": 3,
+                    "color": HEALTH_COLOURS.get(link.get("state"), HEALTH_COLOURS[None]),
+                },
+            }
+        )
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers+text",
+            "showlegend": False,
+            "textposition": "bottom center",
+            "x": [pos[n["name"]][0] for n in nodes],
+            "y": [pos[n["name"]][1] for n in nodes],
+            "text": [f"{n['name']} ({n.get('used', 0)}/{n['slots']} slots)" for n in nodes],
+            "marker": {
+                "size": 26,
+                "color": [HEALTH_COLOURS.get(n.get("state"), "#3558d6") for n in nodes],
+            },
+        }
+    )
     layout = _layout("Topology", "", "")
     hidden = {"visible": False, "range": [-1.6, 1.6]}
     layout["xaxis"], layout["yaxis"] = hidden, dict(hidden)
@@ -272,10 +322,32 @@ def usage_bars(rows: Sequence[tuple[str, float, float, float]], *, title: str) -
         free.append(_pct(max(0.0, nominal - used), nominal))
         text.append(f"{used:g} / {nominal:g}")
     data = [
-        {"type": "bar", "orientation": "h", "name": "used", "y": labels, "x": within,
-         "text": text, "textposition": "inside", "marker": {"color": "#3558d6"}},
-        {"type": "bar", "orientation": "h", "name": "borrowed", "y": labels, "x": borrowed, "marker": {"color": "#e0a100"}},
-        {"type": "bar", "orientation": "h", "name": "free", "y": labels, "x": free, "marker": {"color": "#e3e6ee"}},
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "used",
+            "y": labels,
+            "x": within,
+            "text": text,
+            "textposition": "inside",
+            "marker": {"color": "#3558d6"},
+        },
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "borrowed",
+            "y": labels,
+            "x": borrowed,
+            "marker": {"color": "#e0a100"},
+        },
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": "free",
+            "y": labels,
+            "x": free,
+            "marker": {"color": "#e3e6ee"},
+        },
     ]
     layout = _layout(title, "% of nominal quota", "")
     layout["barmode"] = "stack"

@@ -25,7 +25,9 @@ class JobForm(forms.Form):
     deadline = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
-    bandwidth_floor_mbps = forms.IntegerField(required=False, initial=0, label="Bandwidth floor (Mbit/s)")
+    bandwidth_floor_mbps = forms.IntegerField(
+        required=False, initial=0, label="Bandwidth floor (Mbit/s)"
+    )
     bandwidth_ceiling_mbps = forms.IntegerField(required=False, label="Bandwidth ceiling (Mbit/s)")
 
     def __init__(self, *args: Any, tenants: Any, **kwargs: Any):
@@ -58,12 +60,20 @@ class QuotaForm(forms.Form):
     cohort = forms.CharField(required=False, max_length=50)
     slot_borrowing_limit = forms.IntegerField(required=False, label="Slot borrowing limit")
     slot_lending_limit = forms.IntegerField(required=False, label="Slot lending limit")
-    bandwidth_borrowing_limit_mbps = forms.IntegerField(required=False, label="Bandwidth borrowing limit (Mbit/s)")
-    bandwidth_lending_limit_mbps = forms.IntegerField(required=False, label="Bandwidth lending limit (Mbit/s)")
+    bandwidth_borrowing_limit_mbps = forms.IntegerField(
+        required=False, label="Bandwidth borrowing limit (Mbit/s)"
+    )
+    bandwidth_lending_limit_mbps = forms.IntegerField(
+        required=False, label="Bandwidth lending limit (Mbit/s)"
+    )
     on_overuse = forms.ChoiceField(
         required=False,
         label="If the new quota is below current use",
-        choices=[("", "refuse the change"), ("preempt", "preempt now"), ("next_admission", "apply at next admission")],
+        choices=[
+            ("", "refuse the change"),
+            ("preempt", "preempt now"),
+            ("next_admission", "apply at next admission"),
+        ],
     )
 
     def changes(self) -> dict[str, Any]:

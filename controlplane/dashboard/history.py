@@ -37,7 +37,9 @@ DEFAULT_DRIFT_THRESHOLD = next(
 )
 
 
-def job_history(job: Job, *, after_step: int | None = None, max_points: int = MAX_POINTS) -> dict[str, Any]:
+def job_history(
+    job: Job, *, after_step: int | None = None, max_points: int = MAX_POINTS
+) -> dict[str, Any]:
     """Return what the job page draws: metric series, link matrix, alarms, drift figures.
 
     With ``after_step`` only samples after that step are read (a reconnecting page fills
@@ -98,12 +100,16 @@ def eta_seconds(job: Job) -> float | None:
 def tenant_queue(tenant: Tenant) -> list[Job]:
     """The tenant's waiting jobs in admission order (priority, then submit time)."""
     return list(
-        Job.objects.filter(tenant=tenant, status=JobStatus.QUEUED).order_by("-priority", "created_at", "pk")
+        Job.objects.filter(tenant=tenant, status=JobStatus.QUEUED).order_by(
+            "-priority", "created_at", "pk"
+        )
     )
 
 
 def tenant_running(tenant: Tenant) -> list[Job]:
-    return list(Job.objects.filter(tenant=tenant, status__in=ACTIVE).order_by("-priority", "started_at"))
+    return list(
+        Job.objects.filter(tenant=tenant, status__in=ACTIVE).order_by("-priority", "started_at")
+    )
 
 
 def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) -> dict[str, Any]:
@@ -123,7 +129,9 @@ def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) 
         if isinstance(data.get("allocation_bps"), int | float):
             alloc.append((ts, slug, job_id, data["allocation_bps"] / 1e6))
         if isinstance(data.get("samples_per_s"), int | float):
-            series = throughput.setdefault(str(job_id), {"name": f"{job_id} {name}", "x": [], "y": []})
+            series = throughput.setdefault(
+                str(job_id), {"name": f"{job_id} {name}", "x": [], "y": []}
+            )
             series["x"].append(when.isoformat())
             series["y"].append(data["samples_per_s"])
     stacks = stack_by_bucket(alloc, bucket_s=CLUSTER_BUCKET_S)

@@ -51,15 +51,26 @@ def run_log_tails(run_dir: Path, *, lines: int = 40) -> list[LogTail]:
     tails: list[LogTail] = []
     attempt = latest_attempt(run_dir / "logs")
     if attempt is not None:
-        ranks = sorted((p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+        ranks = sorted(
+            (p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
+        )
         for rank_dir in ranks:
-            out = tail(rank_dir / "stdout.log", lines=lines) + tail(rank_dir / "stderr.log", lines=lines)
+            out = tail(rank_dir / "stdout.log", lines=lines) + tail(
+                rank_dir / "stderr.log", lines=lines
+            )
             failing = any(FAILURE.search(line) for line in out)
             if rank_dir.name == "0" or failing:
-                tails.append(LogTail(name=f"rank {rank_dir.name}", lines=out[-lines:], failing=failing))
+                tails.append(
+                    LogTail(name=f"rank {rank_dir.name}", lines=out[-lines:], failing=failing)
+                )
     torchrun = tail(run_dir / "torchrun.log", lines=lines)
     if torchrun:
-        tails.append(LogTail(name="torchrun", lines=torchrun, failing=any(FAILURE.search(x) for x in torchrun)))
+        tails.append(
+            LogTail(
+                name="torchrun", lines=torchrun, failing=any(FAILURE.search(x) for x in torchrun)
+            )
+        )
     return tails
 
 

@@ -14,5 +14,7 @@ urlpatterns = [
     path("tenants/<slug:slug>/quota/", views.tenant_quota, name="tenant-quota"),
     path("cluster/", views.cluster, name="cluster"),
     path("alarms/", views.alarm_list, name="alarm-list"),
-    path("alarms/<int:alarm_id>/acknowledge/", views.alarm_acknowledge_view, name="alarm-acknowledge"),
+    path(
+        "alarms/<int:alarm_id>/acknowledge/", views.alarm_acknowledge_view, name="alarm-acknowledge"
+    ),
 ]

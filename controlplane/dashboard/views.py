@@ -66,7 +66,9 @@ def job_figures(data: dict[str, Any]) -> dict[str, Any]:
         "throughput": charts.throughput_figure(metrics),
         "time": charts.step_time_figure(metrics),
         "bandwidth": charts.bandwidth_figure(metrics),
-        "drift": charts.drift_figure(metrics, threshold=data["drift_threshold"], periods=data["periods"]),
+        "drift": charts.drift_figure(
+            metrics, threshold=data["drift_threshold"], periods=data["periods"]
+        ),
         "heatmap": charts.heatmap_figure(data["links"]),
     }
 
@@ -128,7 +130,12 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "usage_figure": charts.usage_bars(
             [
                 ("slots", usage.slots_used, usage.slots_nominal, usage.slots_borrowed),
-                ("bandwidth", usage.bandwidth_used_mbps, usage.bandwidth_nominal_mbps, usage.bandwidth_borrowed_mbps),
+                (
+                    "bandwidth",
+                    usage.bandwidth_used_mbps,
+                    usage.bandwidth_nominal_mbps,
+                    usage.bandwidth_borrowed_mbps,
+                ),
             ],
             title="Use against quota",
         ),
@@ -159,7 +166,9 @@ def tenant_quota(request: HttpRequest, slug: str) -> HttpResponse:
         else:
             return redirect("tenant-detail", slug=tenant.slug)
     status = 400 if request.method == "POST" else 200
-    return render(request, "dashboard/tenant_quota.html", {"tenant": tenant, "form": form}, status=status)
+    return render(
+        request, "dashboard/tenant_quota.html", {"tenant": tenant, "form": form}, status=status
+    )
 
 
 @login_required
@@ -174,10 +183,14 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "running": visible.filter(status__in=ACTIVE).order_by("tenant__slug", "pk"),
         "figures": {
             "topology": charts.topology_figure(nodes, []),
-            "allocation": charts.stacked_area_figure("Bandwidth allocation by tenant", "Mbit/s", share["allocation"], x_title=""),
+            "allocation": charts.stacked_area_figure(
+                "Bandwidth allocation by tenant", "Mbit/s", share["allocation"], x_title=""
+            ),
             "throughput": charts.line_figure(
-                "Throughput of all runs", "samples/s",
-                [(key, s["name"], s) for key, s in sorted(share["throughput"].items())], x_title="",
+                "Throughput of all runs",
+                "samples/s",
+                [(key, s["name"], s) for key, s in sorted(share["throughput"].items())],
+                x_title="",
             ),
         },
         "is_site_admin": request.user.is_superuser,
@@ -231,4 +244,3 @@ def _is_tenant_admin(user: AnyUser, tenant: Tenant) -> bool:
 
 def _quota_initial(tenant: Tenant) -> dict[str, Any]:
     return {name: getattr(tenant, name) for name in QuotaForm.base_fields if hasattr(tenant, name)}
-

@@ -80,7 +80,9 @@ class Fanout:
         if len(payloads) == 1:
             await self._layer.group_send(group, {"type": FORWARD, "payload": dict(payloads[0])})
         else:
-            await self._layer.group_send(group, {"type": FORWARD_MANY, "payloads": [dict(p) for p in payloads]})
+            await self._layer.group_send(
+                group, {"type": FORWARD_MANY, "payloads": [dict(p) for p in payloads]}
+            )
 
 
 _shared: Fanout | None = None

@@ -44,7 +44,15 @@ RETIRE_AFTER = dt.timedelta(seconds=30)
 
 # Tenant and cluster pages get a per-job summary of metrics at most this often.
 SUMMARY_INTERVAL_S = 1.0
-SUMMARY_FIELDS = ("step", "loss", "samples_per_s", "tokens_per_s", "allocation_bps", "link_rate_bps", "ts")
+SUMMARY_FIELDS = (
+    "step",
+    "loss",
+    "samples_per_s",
+    "tokens_per_s",
+    "allocation_bps",
+    "link_rate_bps",
+    "ts",
+)
 
 
 @dataclass
@@ -124,7 +132,9 @@ class Ingest:
                 step = int(data.get("step", 0))
                 last_step = max(last_step or 0, step)
                 if self._keep(job.pk, data):
-                    samples.append(MetricSample(job=job, step=step, reported_at=_when(data), data=data))
+                    samples.append(
+                        MetricSample(job=job, step=step, reported_at=_when(data), data=data)
+                    )
             elif kind == protocol.MSG_ALARM:
                 alarms.append(data)
             elif kind == protocol.MSG_LINK:
@@ -141,7 +151,9 @@ class Ingest:
         if samples and last_step != job.last_step:
             Job.objects.filter(pk=job.pk).update(last_step=last_step)
 
-    def _route(self, job: Job, messages: list[tuple[str, dict[str, Any]]], out: list[Outgoing]) -> None:
+    def _route(
+        self, job: Job, messages: list[tuple[str, dict[str, Any]]], out: list[Outgoing]
+    ) -> None:
         """Everything to the job's group; alarms and a throttled summary to tenant and cluster."""
         group, slug = job_group(job.pk), job.tenant.slug
         wide = (tenant_group(job.tenant_id), CLUSTER_GROUP)
@@ -154,10 +166,19 @@ class Ingest:
             elif kind == protocol.MSG_METRICS:
                 latest = data
         now = time.monotonic()
-        if latest is not None and now - self.last_summary.get(job.pk, float("-inf")) >= SUMMARY_INTERVAL_S:
+        if (
+            latest is not None
+            and now - self.last_summary.get(job.pk, float("-inf")) >= SUMMARY_INTERVAL_S
+        ):
             self.last_summary[job.pk] = now
             summary = {k: latest[k] for k in SUMMARY_FIELDS if k in latest}
-            payload = {"type": "metrics", "job": job.pk, "tenant": slug, "summary": True, "data": summary}
+            payload = {
+                "type": "metrics",
+                "job": job.pk,
+                "tenant": slug,
+                "summary": True,
+                "data": summary,
+            }
             out.extend((g, payload) for g in wide)
 
     def _keep(self, job_id: int, data: dict[str, Any]) -> bool:
@@ -216,7 +237,14 @@ def _upsert_links(rows: list[LinkState]) -> None:
             rows,
             update_conflicts=True,
             unique_fields=["job", "src", "dst"],
-            update_fields=["bandwidth_bps", "latency_s", "jitter_s", "state", "step", "measured_at"],
+            update_fields=[
+                "bandwidth_bps",
+                "latency_s",
+                "jitter_s",
+                "state",
+                "step",
+                "measured_at",
+            ],
         )
 
 

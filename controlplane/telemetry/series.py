@@ -56,7 +56,9 @@ def downsample_columns(
     out: dict[str, dict[str, list[Any]]] = {}
     for name in fields:
         points: list[Point] = [
-            (float(r[x]), float(r[name])) for r in rows if _number(r.get(name)) and _number(r.get(x))
+            (float(r[x]), float(r[name]))
+            for r in rows
+            if _number(r.get(name)) and _number(r.get(x))
         ]
         kept = minmax_downsample(points, max_points)
         out[name] = {"x": [_int_if_whole(p[0]) for p in kept], "y": [p[1] for p in kept]}

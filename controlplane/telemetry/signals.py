@@ -31,7 +31,9 @@ def notify_access_changed(user_id: int) -> None:
         layer = get_channel_layer()
         if layer is None:
             return
-        notice = partial(async_to_sync(layer.group_send), user_group(user_id), {"type": ACCESS_CHANGED})
+        notice = partial(
+            async_to_sync(layer.group_send), user_group(user_id), {"type": ACCESS_CHANGED}
+        )
         try:
             asyncio.get_running_loop()
         except RuntimeError:

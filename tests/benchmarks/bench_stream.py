@@ -97,7 +97,9 @@ def _start(stack: devstack.Stack, work: Path) -> dict[str, str]:
     asgi = stack.start("asgi", devstack.asgi_argv(port), env=env, log=work / "asgi.log")
     devstack.wait_for_port(port, timeout=60, proc=asgi)
     env["BENCH_PORT"] = str(port)
-    env["BENCH_PIDS"] = ",".join(str(p.pid) for name, p in stack.procs if name in {"ingest", "asgi"})
+    env["BENCH_PIDS"] = ",".join(
+        str(p.pid) for name, p in stack.procs if name in {"ingest", "asgi"}
+    )
     return env
 
 
@@ -109,13 +111,23 @@ def _fixtures(runs: int) -> tuple[list[int], str]:
     from controlplane.jobs.models import Job, Queue
     from controlplane.tenancy.models import Membership, Tenant
 
-    tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench", "slot_quota": 0})
+    tenant, _ = Tenant.objects.get_or_create(
+        slug="bench", defaults={"name": "Bench", "slot_quota": 0}
+    )
     queue, _ = Queue.objects.get_or_create(tenant=tenant, name="default")
     user, created = get_user_model().objects.get_or_create(username="bench")
     if created:
         Membership.objects.create(user=user, tenant=tenant, role="member")
     jobs = [
-        Job.objects.create(tenant=tenant, queue=queue, name=f"run{i}", workload="tiny_gpt", world_size=1, steps=10**6, sync="full")
+        Job.objects.create(
+            tenant=tenant,
+            queue=queue,
+            name=f"run{i}",
+            workload="tiny_gpt",
+            world_size=1,
+            steps=10**6,
+            sync="full",
+        )
         for i in range(runs)
     ]
     client = Client()
@@ -126,14 +138,18 @@ def _fixtures(runs: int) -> tuple[list[int], str]:
 # --- one point ---------------------------------------------------------------------------
 
 
-def _measure(env: dict[str, str], *, runs: int, clients: int, hz: float, seconds: float, warmup: float) -> dict[str, Any]:
+def _measure(
+    env: dict[str, str], *, runs: int, clients: int, hz: float, seconds: float, warmup: float
+) -> dict[str, Any]:
     job_ids, cookie = _fixtures(runs)
     port = int(env["BENCH_PORT"])
     ready, stop = mp.Event(), mp.Event()
     results: mp.Queue[Any] = mp.Queue()
     start_at = mp.Value("d", 0.0)
     listener = mp.Process(
-        target=_clients_main, args=(port, cookie, job_ids, clients, ready, stop, start_at, results), daemon=True
+        target=_clients_main,
+        args=(port, cookie, job_ids, clients, ready, stop, start_at, results),
+        daemon=True,
     )
     listener.start()
     if not ready.wait(timeout=60):
@@ -141,7 +157,16 @@ def _measure(env: dict[str, str], *, runs: int, clients: int, hz: float, seconds
     cpu = _Cpu([int(p) for p in env["BENCH_PIDS"].split(",")])
     measure_from = time.time() + warmup
     start_at.value = measure_from
-    sent = asyncio.run(_publish(env["REDIS_URL"], job_ids, hz=hz, until=measure_from + seconds, cpu=cpu, measure_from=measure_from))
+    sent = asyncio.run(
+        _publish(
+            env["REDIS_URL"],
+            job_ids,
+            hz=hz,
+            until=measure_from + seconds,
+            cpu=cpu,
+            measure_from=measure_from,
+        )
+    )
     time.sleep(1.0)  # let the tail arrive
     stop.set()
     latencies, received = results.get(timeout=30)
@@ -160,11 +185,15 @@ def _measure(env: dict[str, str], *, runs: int, clients: int, hz: float, seconds
         "published": sent,
         "cpu_ingest_pct": cpu.result[0],
         "cpu_asgi_pct": cpu.result[1],
-        "load_avg_1m": round(os.getloadavg()[0], 2),  # the machine is shared: context for the numbers
+        "load_avg_1m": round(
+            os.getloadavg()[0], 2
+        ),  # the machine is shared: context for the numbers
     }
 
 
-async def _publish(redis_url: str, job_ids: list[int], *, hz: float, until: float, cpu: _Cpu, measure_from: float) -> int:
+async def _publish(
+    redis_url: str, job_ids: list[int], *, hz: float, until: float, cpu: _Cpu, measure_from: float
+) -> int:
     """Each run XADDs a metrics message every 1/hz s (what Reporter.log sends)."""
     import redis.asyncio as aioredis
 
@@ -180,9 +209,22 @@ async def _publish(redis_url: str, job_ids: list[int], *, hz: float, until: floa
         while next_at < until:
             await asyncio.sleep(max(0.0, next_at - time.time()))
             step += 1
-            data = {"loss": 3.0, "samples_per_s": 100.0, "tokens_per_s": 6400.0, "step_time_s": 0.1,
-                    "comm_time_s": 0.02, "step": step, "ts": time.time(), "rank": 0}
-            await client.xadd(stream, {"type": p.MSG_METRICS, "data": json.dumps(data)}, maxlen=p.STREAM_MAXLEN, approximate=True)
+            data = {
+                "loss": 3.0,
+                "samples_per_s": 100.0,
+                "tokens_per_s": 6400.0,
+                "step_time_s": 0.1,
+                "comm_time_s": 0.02,
+                "step": step,
+                "ts": time.time(),
+                "rank": 0,
+            }
+            await client.xadd(
+                stream,
+                {"type": p.MSG_METRICS, "data": json.dumps(data)},
+                maxlen=p.STREAM_MAXLEN,
+                approximate=True,
+            )
             counts[0] += 1
             next_at += 1.0 / hz
 
@@ -193,7 +235,9 @@ async def _publish(redis_url: str, job_ids: list[int], *, hz: float, until: floa
         cpu.stop()
 
     # Spread the runs over one period, as independent runs would be.
-    await asyncio.gather(cpu_window(), *(run(j, i / (hz * len(job_ids))) for i, j in enumerate(job_ids)))
+    await asyncio.gather(
+        cpu_window(), *(run(j, i / (hz * len(job_ids))) for i, j in enumerate(job_ids))
+    )
     await client.aclose()
     return counts[0]
 
@@ -202,7 +246,9 @@ def _clients_main(port, cookie, job_ids, clients, ready, stop, start_at, results
     results.put(asyncio.run(_clients(port, cookie, job_ids, clients, ready, stop, start_at)))
 
 
-async def _clients(port, cookie, job_ids, clients, ready, stop, start_at) -> tuple[list[float], int]:  # type: ignore[no-untyped-def]
+async def _clients(
+    port, cookie, job_ids, clients, ready, stop, start_at
+) -> tuple[list[float], int]:  # type: ignore[no-untyped-def]
     import websockets
 
     latencies: list[float] = []
@@ -258,7 +304,9 @@ class _Cpu:
 
     def stop(self) -> None:
         wall = time.monotonic() - self._t0
-        self.result = [round(100 * (b - a) / wall, 1) for a, b in zip(self._c0, self._times(), strict=True)]
+        self.result = [
+            round(100 * (b - a) / wall, 1) for a, b in zip(self._c0, self._times(), strict=True)
+        ]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -287,7 +335,11 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float
     return {
         "benchmark": "stream",
         "command": "python tests/benchmarks/bench_stream.py" + (" --quick" if args.quick else ""),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
         "window_s": seconds,
         "target": "20 runs x 10 Hz to 50 clients at p99 <= 100 ms",
         "rows": rows,

@@ -33,7 +33,14 @@ def shoot(page, name: str) -> None:
 
 def submit(live, user: str, **spec) -> int:
     token = live.token(user, PASSWORD)
-    body = {"tenant": "vision", "name": "live-demo", "workload": "tiny_gpt", "world_size": 2, "steps": 80, **spec}
+    body = {
+        "tenant": "vision",
+        "name": "live-demo",
+        "workload": "tiny_gpt",
+        "world_size": 2,
+        "steps": 80,
+        **spec,
+    }
     status, job = live.request("POST", "/api/v1/jobs/", body, token=token)
     assert status == 201, job
     return int(job["id"])
@@ -43,12 +50,16 @@ def reporter_for(job_id: int) -> Reporter:
     return Reporter(redis_url=settings.REDIS_URL, job_id=str(job_id), rank=0)
 
 
-def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cleared(page, live, alice, django_user_model):
+def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cleared(
+    page, live, alice, django_user_model
+):
     # Adaptive sync reports drift; 2000 steps keep it running; it is cancelled at the end.
     job_id = submit(live, "alice", steps=2000, sync="adaptive")
     log_in(page, live, "alice")
     page.goto(f"{live.url}/jobs/{job_id}/")
-    page.wait_for_function("document.getElementById('live-state').textContent === 'live'", timeout=15_000)
+    page.wait_for_function(
+        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
+    )
 
     # 1. The loss chart gains points while the run trains.
     page.wait_for_function("window.synclane.points >= 3", timeout=120_000)
@@ -58,7 +69,15 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     # 2. A probe round fills the heatmap.
     run = reporter_for(job_id)
     for src, dst, mbps, state in ((0, 1, 940.0, "ok"), (1, 0, 120.0, "degraded")):  # probe round
-        run.link(src=src, dst=dst, step=5, latency_s=0.0008, bandwidth_bps=mbps * 1e6, jitter_s=0.0001, state=state)
+        run.link(
+            src=src,
+            dst=dst,
+            step=5,
+            latency_s=0.0008,
+            bandwidth_bps=mbps * 1e6,
+            jitter_s=0.0001,
+            state=state,
+        )
     # The run probes its links too (pairs src < dst); the injected 1 -> 0 pair is degraded.
     page.wait_for_function("window.synclane.links.state[1][0] === 'degraded'", timeout=5_000)
     z = page.evaluate("document.getElementById('chart-heatmap').data[0].z")
@@ -70,10 +89,14 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     assert "0.21" in page.inner_text("#alarm-rows")
     # 4. The log tail shows rank 0's output (files: fetched on request, not streamed).
     page.click("#logs-refresh")
-    page.wait_for_function("document.getElementById('logs').textContent.includes('rank 0')", timeout=10_000)
+    page.wait_for_function(
+        "document.getElementById('logs').textContent.includes('rank 0')", timeout=10_000
+    )
     assert "tiny_gpt" in page.inner_text("#logs")
     shoot(page, "job")
-    run.alarm("sync_drift", value=0.01, threshold=0.05, step=20, state="cleared", detail="drift recovered")
+    run.alarm(
+        "sync_drift", value=0.01, threshold=0.05, step=20, state="cleared", detail="drift recovered"
+    )
     page.wait_for_selector("#alarm-rows tr.alarm-cleared[data-kind=sync_drift]", timeout=5_000)
     assert page.locator("#alarm-rows tr.alarm-open").count() == 0
     run.close()
@@ -95,7 +118,9 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     page.context.clear_cookies()
     log_in(page, live, "root")
     page.goto(f"{live.url}/cluster/")
-    page.wait_for_function("document.getElementById('live-state').textContent === 'live'", timeout=15_000)
+    page.wait_for_function(
+        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
+    )
     page.wait_for_timeout(2_500)  # a couple of live allocation/throughput points
     shoot(page, "cluster")
     token = live.token("alice", PASSWORD)
@@ -103,7 +128,9 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     live.wait_for_job(job_id, token, {"cancelled"}, timeout=60)
 
 
-def test_a_site_admin_edits_a_quota_and_the_tenant_overview_shows_it(page, live, alice, django_user_model):
+def test_a_site_admin_edits_a_quota_and_the_tenant_overview_shows_it(
+    page, live, alice, django_user_model
+):
     django_user_model.objects.create_superuser(username="root", password=PASSWORD)
     log_in(page, live, "root")
     page.goto(f"{live.url}/tenants/vision/quota/")

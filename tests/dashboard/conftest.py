@@ -10,7 +10,11 @@ from ..conftest import PASSWORD
 
 @pytest.fixture
 def visions_job(vision, alice):
-    return job_submit(tenant=vision, spec=JobSpec(name="resnet", workload="tiny_gpt", world_size=2, steps=50), actor=alice)
+    return job_submit(
+        tenant=vision,
+        spec=JobSpec(name="resnet", workload="tiny_gpt", world_size=2, steps=50),
+        actor=alice,
+    )
 
 
 @pytest.fixture

@@ -23,7 +23,14 @@ def add_samples(job, steps, **extra):
             job=job,
             step=s,
             reported_at=now,
-            data={"step": s, "loss": 4 - s / 100, "step_time_s": 0.2, "comm_time_s": 0.05, "drift": 0.01 * s, **extra},
+            data={
+                "step": s,
+                "loss": 4 - s / 100,
+                "step_time_s": 0.2,
+                "comm_time_s": 0.05,
+                "drift": 0.01 * s,
+                **extra,
+            },
         )
         for s in steps
     )
@@ -31,13 +38,35 @@ def add_samples(job, steps, **extra):
 
 def test_a_member_sees_every_chart_the_alarm_list_and_the_heatmap(client, alice, visions_job):
     add_samples(visions_job, range(1, 11))
-    LinkState.objects.create(job=visions_job, src=0, dst=1, bandwidth_bps=8e8, state="degraded", measured_at=timezone.now())
-    Alarm.objects.create(job=visions_job, kind="sync_drift", step=4, value=0.2, threshold=0.05, raised_at=timezone.now())
+    LinkState.objects.create(
+        job=visions_job,
+        src=0,
+        dst=1,
+        bandwidth_bps=8e8,
+        state="degraded",
+        measured_at=timezone.now(),
+    )
+    Alarm.objects.create(
+        job=visions_job,
+        kind="sync_drift",
+        step=4,
+        value=0.2,
+        threshold=0.05,
+        raised_at=timezone.now(),
+    )
 
     response = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk]))
 
     assert response.status_code == 200
-    for element in ("chart-loss", "chart-throughput", "chart-time", "chart-bandwidth", "chart-heatmap", "chart-drift", "alarm-rows"):
+    for element in (
+        "chart-loss",
+        "chart-throughput",
+        "chart-time",
+        "chart-bandwidth",
+        "chart-heatmap",
+        "chart-drift",
+        "alarm-rows",
+    ):
         assert f'id="{element}"' in response.text
     figures = response.context["figures"]
     assert figures["loss"]["data"][0]["x"] == list(range(1, 11))
@@ -55,7 +84,11 @@ def test_another_tenants_member_gets_404_for_the_page_and_its_history(client, bo
 
 def test_history_after_a_step_returns_only_the_gap(client, alice, visions_job):
     add_samples(visions_job, range(1, 21))
-    body = client_for(client, alice).get(reverse("job-history", args=[visions_job.pk]), {"after_step": 15}).json()
+    body = (
+        client_for(client, alice)
+        .get(reverse("job-history", args=[visions_job.pk]), {"after_step": 15})
+        .json()
+    )
     assert body["metrics"]["loss"]["x"] == [16, 17, 18, 19, 20]
     assert body["last_step"] == 20
     assert body["metrics"]["compute_time_s"]["y"][0] == pytest.approx(0.15)
@@ -68,7 +101,9 @@ def test_history_is_downsampled_to_a_bounded_number_of_points(client, alice, vis
 
 
 def test_the_tenant_admin_changes_priority(client, alice, visions_job):
-    client_for(client, alice).post(reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH})
+    client_for(client, alice).post(
+        reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH}
+    )
     visions_job.refresh_from_db()
     assert visions_job.priority == PriorityClass.HIGH
     assert "Change priority" in client.get(reverse("job-detail", args=[visions_job.pk])).text
@@ -78,7 +113,9 @@ def test_a_viewer_can_neither_change_priority_nor_see_the_form(client, charlie, 
     client_for(client, charlie)
     page = client.get(reverse("job-detail", args=[visions_job.pk]))
     assert "Change priority" not in page.text and "Cancel job" not in page.text
-    response = client.post(reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH})
+    response = client.post(
+        reverse("job-priority", args=[visions_job.pk]), {"priority": PriorityClass.HIGH}
+    )
     assert response.status_code == 404
     visions_job.refresh_from_db()
     assert visions_job.priority == PriorityClass.NORMAL
@@ -87,7 +124,11 @@ def test_a_viewer_can_neither_change_priority_nor_see_the_form(client, charlie, 
 def test_the_page_tails_rank_0_and_a_failing_rank(client, alice, visions_job, settings, tmp_path):
     settings.SYNCLANE_JOBS_DIR = tmp_path
     attempt = visions_job.run_dir / "logs" / "abc_x1" / "attempt_0"
-    for rank, err in ((0, ""), (1, "Traceback (most recent call last):\nRuntimeError: boom\n"), (2, "")):
+    for rank, err in (
+        (0, ""),
+        (1, "Traceback (most recent call last):\nRuntimeError: boom\n"),
+        (2, ""),
+    ):
         (attempt / str(rank)).mkdir(parents=True)
         (attempt / str(rank) / "stdout.log").write_text(f"rank {rank} step 1\n")
         (attempt / str(rank) / "stderr.log").write_text(err)
@@ -95,7 +136,11 @@ def test_the_page_tails_rank_0_and_a_failing_rank(client, alice, visions_job, se
 
     page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
 
-    assert "rank 0 step 1" in page and "RuntimeError: boom" in page and "torchrun: worker 1 FAILED" in page
+    assert (
+        "rank 0 step 1" in page
+        and "RuntimeError: boom" in page
+        and "torchrun: worker 1 FAILED" in page
+    )
     assert "rank 2 step 1" not in page
 
 

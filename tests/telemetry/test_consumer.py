@@ -32,7 +32,9 @@ def make_job(tenant, actor):
     tenant.slot_quota = 0
     tenant.save(update_fields=["slot_quota"])
     return job_submit(
-        tenant=tenant, spec=JobSpec(name="w", workload="tiny_gpt", world_size=1, steps=5), actor=actor
+        tenant=tenant,
+        spec=JobSpec(name="w", workload="tiny_gpt", world_size=1, steps=5),
+        actor=actor,
     )
 
 
@@ -70,6 +72,8 @@ async def test_an_anonymous_socket_is_closed_as_unauthenticated(private_redis, a
 
 async def test_a_foreign_origin_is_refused_before_the_consumer(private_redis, alice, vision):
     job = await make_job(vision, alice)
-    ws = communicator(job.pk, (b"origin", b"http://evil.example"), (b"cookie", await cookie_for(alice)))
+    ws = communicator(
+        job.pk, (b"origin", b"http://evil.example"), (b"cookie", await cookie_for(alice))
+    )
     connected, _ = await ws.connect()
     assert not connected

@@ -37,7 +37,14 @@ async def receive_one(layer, channel: str) -> dict:
 
 
 def metrics(step: int, ts: float, **extra) -> dict:
-    return {"step": step, "loss": 4.0 - step / 100, "samples_per_s": 50.0, "ts": ts, "rank": 0, **extra}
+    return {
+        "step": step,
+        "loss": 4.0 - step / 100,
+        "samples_per_s": 50.0,
+        "ts": ts,
+        "rank": 0,
+        **extra,
+    }
 
 
 def test_it_stores_downsampled_samples_and_the_last_step(private_redis, job):
@@ -112,7 +119,9 @@ def test_malformed_entries_are_dropped_not_fatal(private_redis, job):
     assert list(MetricSample.objects.filter(job=job).values_list("step", flat=True)) == [4]
 
 
-def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units(private_redis, job):
+def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units(
+    private_redis, job
+):
     from controlplane.telemetry.models import LinkState
 
     layer = get_channel_layer()
@@ -133,7 +142,14 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
     assert [p["data"]["step"] for p in batch["payloads"]] == [1, 2]
     assert first["type"] == "link"
     assert first["data"]["cells"] == [
-        {"src": 0, "dst": 1, "bandwidth_mbps": 900.0, "latency_ms": 2.0, "jitter_ms": 0.1, "state": "ok"}
+        {
+            "src": 0,
+            "dst": 1,
+            "bandwidth_mbps": 900.0,
+            "latency_ms": 2.0,
+            "jitter_ms": 0.1,
+            "state": "ok",
+        }
     ]
 
 
@@ -143,15 +159,29 @@ async def receive_n(layer, channel: str, n: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("wide", ["tenant", "cluster"])
-def test_alarms_and_a_throttled_summary_reach_the_tenant_and_cluster_groups(private_redis, job, wide):
+def test_alarms_and_a_throttled_summary_reach_the_tenant_and_cluster_groups(
+    private_redis, job, wide
+):
     from controlplane.telemetry.groups import CLUSTER_GROUP, tenant_group
 
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(tenant_group(job.tenant_id) if wide == "tenant" else CLUSTER_GROUP, channel)
+    async_to_sync(layer.group_add)(
+        tenant_group(job.tenant_id) if wide == "tenant" else CLUSTER_GROUP, channel
+    )
     for step in range(1, 6):
         report(private_redis, job.pk, "metrics", **metrics(step, ts=step * 0.1))
-    report(private_redis, job.pk, "alarm", kind="straggler", state="raised", value=2.0, threshold=1.0, step=5, ts=1.0)
+    report(
+        private_redis,
+        job.pk,
+        "alarm",
+        kind="straggler",
+        state="raised",
+        value=2.0,
+        threshold=1.0,
+        step=5,
+        ts=1.0,
+    )
     ingest = Ingest(client=private_redis)
     ingest.step(block_ms=10)
     ingest.flush()

@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
 async def open_socket(path: str, user) -> WebsocketCommunicator:
-    ws = WebsocketCommunicator(application, path, headers=[ORIGIN, (b"cookie", await cookie_for(user))])
+    ws = WebsocketCommunicator(
+        application, path, headers=[ORIGIN, (b"cookie", await cookie_for(user))]
+    )
     connected, _ = await ws.connect()
     assert connected
     return ws
@@ -31,9 +33,16 @@ async def send(group: str, payload: dict) -> None:
     await get_channel_layer().group_send(group, {"type": FORWARD, "payload": payload})
 
 
-async def test_a_tenant_socket_gets_its_tenants_messages_and_bob_is_refused(private_redis, alice, bob, vision):
+async def test_a_tenant_socket_gets_its_tenants_messages_and_bob_is_refused(
+    private_redis, alice, bob, vision
+):
     ws = await open_socket("/ws/tenants/vision/", alice)
-    message = {"type": "alarm", "job": 1, "tenant": "vision", "data": {"kind": "sync_drift", "state": "raised"}}
+    message = {
+        "type": "alarm",
+        "job": 1,
+        "tenant": "vision",
+        "data": {"kind": "sync_drift", "state": "raised"},
+    }
     await send(tenant_group(vision.pk), message)
     assert await ws.receive_json_from(timeout=5) == message
     await ws.disconnect()
@@ -42,7 +51,9 @@ async def test_a_tenant_socket_gets_its_tenants_messages_and_bob_is_refused(priv
     assert await refused.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
 
 
-async def test_bob_on_the_cluster_socket_never_receives_vision_messages(private_redis, alice, bob, vision, speech):
+async def test_bob_on_the_cluster_socket_never_receives_vision_messages(
+    private_redis, alice, bob, vision, speech
+):
     bobs = await open_socket("/ws/cluster/", bob)
     for kind, tenant in (("metrics", "vision"), ("allocation", None), ("metrics", "speech")):
         payload = {"type": kind, "job": 1, "data": {"tenant": "vision"} if tenant is None else {}}
@@ -55,8 +66,12 @@ async def test_bob_on_the_cluster_socket_never_receives_vision_messages(private_
     await bobs.disconnect()
 
 
-async def test_the_alarms_socket_joins_every_tenant_of_the_user_and_forwards_only_alarms(private_redis, alice, vision, speech):
-    await database_sync_to_async(Membership.objects.create)(user=alice, tenant=speech, role="viewer")
+async def test_the_alarms_socket_joins_every_tenant_of_the_user_and_forwards_only_alarms(
+    private_redis, alice, vision, speech
+):
+    await database_sync_to_async(Membership.objects.create)(
+        user=alice, tenant=speech, role="viewer"
+    )
     ws = await open_socket("/ws/alarms/", alice)
     await send(tenant_group(vision.pk), {"type": "status", "job": 1, "status": "running"})
     await send(tenant_group(speech.pk), {"type": "alarm", "job": 2, "data": {"kind": "straggler"}})
@@ -65,7 +80,9 @@ async def test_the_alarms_socket_joins_every_tenant_of_the_user_and_forwards_onl
     await ws.disconnect()
 
 
-async def test_a_socket_is_closed_when_its_user_loses_the_membership(private_redis, alice, charlie, vision):
+async def test_a_socket_is_closed_when_its_user_loses_the_membership(
+    private_redis, alice, charlie, vision
+):
     job = await make_job(vision, alice)
     ws = await open_socket(f"/ws/jobs/{job.pk}/", charlie)
     assert (await ws.receive_json_from(timeout=5))["type"] == "status"
@@ -75,7 +92,9 @@ async def test_a_socket_is_closed_when_its_user_loses_the_membership(private_red
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
 
 
-async def test_a_membership_change_that_keeps_access_keeps_the_socket(private_redis, alice, charlie, vision):
+async def test_a_membership_change_that_keeps_access_keeps_the_socket(
+    private_redis, alice, charlie, vision
+):
     ws = await open_socket("/ws/tenants/vision/", charlie)
     await database_sync_to_async(promote)(charlie)
     await asyncio.sleep(0.3)
@@ -108,11 +127,15 @@ async def test_a_stalled_reader_does_not_hold_back_another_one(private_redis, al
     assert loop.time() - started < 30
 
 
-async def test_a_batch_from_the_fan_out_reaches_the_socket_as_separate_messages_in_order(private_redis, alice, vision):
+async def test_a_batch_from_the_fan_out_reaches_the_socket_as_separate_messages_in_order(
+    private_redis, alice, vision
+):
     job = await make_job(vision, alice)
     ws = await open_socket(f"/ws/jobs/{job.pk}/", alice)
     await ws.receive_json_from(timeout=5)  # status
     payloads = [{"type": "metrics", "job": job.pk, "data": {"step": s}} for s in (1, 2, 3)]
-    await get_channel_layer().group_send(f"job.{job.pk}", {"type": "forward.many", "payloads": payloads})
+    await get_channel_layer().group_send(
+        f"job.{job.pk}", {"type": "forward.many", "payloads": payloads}
+    )
     assert [await ws.receive_json_from(timeout=5) for _ in payloads] == payloads
     await ws.disconnect()

@@ -52,7 +52,13 @@ def test_columns_are_downsampled_one_metric_at_a_time_skipping_missing_values():
 
 def test_a_pair_message_gives_one_cell_and_tolerates_missing_figures():
     (cell,) = link_cells({"src": 0, "dst": 1, "step": 7, "bandwidth_bps": 8e8})
-    assert (cell.src, cell.dst, cell.bandwidth_bps, cell.latency_s, cell.state) == (0, 1, 8e8, None, "ok")
+    assert (cell.src, cell.dst, cell.bandwidth_bps, cell.latency_s, cell.state) == (
+        0,
+        1,
+        8e8,
+        None,
+        "ok",
+    )
 
 
 def test_a_probe_matrix_gives_every_off_diagonal_cell():
@@ -78,7 +84,9 @@ def test_a_message_without_links_gives_no_cells():
 
 
 def test_the_matrix_is_in_page_units_and_grows_to_the_ranks_seen():
-    cells = link_cells({"src": 2, "dst": 0, "bandwidth_bps": 1e9, "latency_s": 0.0015, "jitter_s": 0.0002})
+    cells = link_cells(
+        {"src": 2, "dst": 0, "bandwidth_bps": 1e9, "latency_s": 0.0015, "jitter_s": 0.0002}
+    )
     m = link_matrix(cells, world_size=2)
     assert m["ranks"] == [0, 1, 2]
     assert m["bandwidth_mbps"][2][0] == 1000.0
@@ -94,7 +102,12 @@ def test_enhancement_periods_come_from_flags_and_alarms_merged():
 
 
 def test_stacking_counts_each_member_once_per_bucket():
-    points = [(0.5, "vision", 1, 100.0), (1.5, "vision", 1, 200.0), (2.0, "vision", 2, 50.0), (6.0, "speech", 3, 10.0)]
+    points = [
+        (0.5, "vision", 1, 100.0),
+        (1.5, "vision", 1, 200.0),
+        (2.0, "vision", 2, 50.0),
+        (6.0, "speech", 3, 10.0),
+    ]
     out = stack_by_bucket(points, bucket_s=5.0)
     assert out["vision"] == {"x": [0.0, 5.0], "y": [250.0, 0.0]}
     assert out["speech"] == {"x": [0.0, 5.0], "y": [0.0, 10.0]}

@@ -5,46 +5,86 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('jobs', '0001_initial'),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Alarm',
+            name="Alarm",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('sync_drift', 'Sync drift'), ('link_degraded', 'Degraded link'), ('straggler', 'Straggler'), ('quota', 'Quota')], max_length=30)),
-                ('rank', models.IntegerField(blank=True, null=True)),
-                ('step', models.PositiveIntegerField(blank=True, null=True)),
-                ('value', models.FloatField(blank=True, null=True)),
-                ('threshold', models.FloatField(blank=True, null=True)),
-                ('detail', models.CharField(blank=True, default='', max_length=300)),
-                ('raised_at', models.DateTimeField()),
-                ('cleared_at', models.DateTimeField(blank=True, null=True)),
-                ('acknowledged', models.BooleanField(default=False)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alarms', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("sync_drift", "Sync drift"),
+                            ("link_degraded", "Degraded link"),
+                            ("straggler", "Straggler"),
+                            ("quota", "Quota"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                ("rank", models.IntegerField(blank=True, null=True)),
+                ("step", models.PositiveIntegerField(blank=True, null=True)),
+                ("value", models.FloatField(blank=True, null=True)),
+                ("threshold", models.FloatField(blank=True, null=True)),
+                ("detail", models.CharField(blank=True, default="", max_length=300)),
+                ("raised_at", models.DateTimeField()),
+                ("cleared_at", models.DateTimeField(blank=True, null=True)),
+                ("acknowledged", models.BooleanField(default=False)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="alarms",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-raised_at', '-id'],
-                'indexes': [models.Index(fields=['job', 'kind', 'cleared_at'], name='telemetry_a_job_id_47183b_idx')],
+                "ordering": ["-raised_at", "-id"],
+                "indexes": [
+                    models.Index(
+                        fields=["job", "kind", "cleared_at"], name="telemetry_a_job_id_47183b_idx"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='MetricSample',
+            name="MetricSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step', models.PositiveIntegerField()),
-                ('reported_at', models.DateTimeField()),
-                ('data', models.JSONField()),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='samples', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step", models.PositiveIntegerField()),
+                ("reported_at", models.DateTimeField()),
+                ("data", models.JSONField()),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="samples",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'step', 'id'],
-                'indexes': [models.Index(fields=['job', 'step'], name='telemetry_m_job_id_52ce58_idx')],
+                "ordering": ["job", "step", "id"],
+                "indexes": [
+                    models.Index(fields=["job", "step"], name="telemetry_m_job_id_52ce58_idx")
+                ],
             },
         ),
     ]

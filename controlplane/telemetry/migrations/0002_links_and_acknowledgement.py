@@ -6,46 +6,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
-        ('telemetry', '0001_initial'),
+        ("jobs", "0001_initial"),
+        ("telemetry", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='alarm',
-            name='acknowledged_at',
+            model_name="alarm",
+            name="acknowledged_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='alarm',
-            name='acknowledged_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="alarm",
+            name="acknowledged_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='alarm',
-            name='cleared_step',
+            model_name="alarm",
+            name="cleared_step",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='LinkState',
+            name="LinkState",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('src', models.PositiveIntegerField()),
-                ('dst', models.PositiveIntegerField()),
-                ('bandwidth_bps', models.FloatField(blank=True, null=True)),
-                ('latency_s', models.FloatField(blank=True, null=True)),
-                ('jitter_s', models.FloatField(blank=True, null=True)),
-                ('state', models.CharField(default='ok', max_length=20)),
-                ('step', models.PositiveIntegerField(blank=True, null=True)),
-                ('measured_at', models.DateTimeField()),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='links', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("src", models.PositiveIntegerField()),
+                ("dst", models.PositiveIntegerField()),
+                ("bandwidth_bps", models.FloatField(blank=True, null=True)),
+                ("latency_s", models.FloatField(blank=True, null=True)),
+                ("jitter_s", models.FloatField(blank=True, null=True)),
+                ("state", models.CharField(default="ok", max_length=20)),
+                ("step", models.PositiveIntegerField(blank=True, null=True)),
+                ("measured_at", models.DateTimeField()),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="links",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'src', 'dst'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'src', 'dst'), name='one_link_state_per_pair')],
+                "ordering": ["job", "src", "dst"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("job", "src", "dst"), name="one_link_state_per_pair"
+                    )
+                ],
             },
         ),
     ]
