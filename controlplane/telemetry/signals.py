@@ -8,7 +8,9 @@ its right to listen. It only sends a notice after commit; the consumer re-reads.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -20,6 +22,8 @@ from django.dispatch import receiver
 
 from controlplane.telemetry.groups import user_group
 from controlplane.tenancy.models import Membership
+
+log = logging.getLogger(__name__)
 
 ACCESS_CHANGED = "access.changed"  # consumers handle it in access_changed()
 
@@ -37,14 +41,23 @@ def notify_access_changed(user_id: int) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            notice()
+            _quietly(notice)
         else:
             # Called from a thread that runs an event loop (async_to_sync refuses there).
-            thread = threading.Thread(target=notice, name="access-changed")
+            thread = threading.Thread(target=_quietly, args=(notice,), name="access-changed")
             thread.start()
             thread.join(timeout=5)
 
     transaction.on_commit(send)
+
+
+def _quietly(send: Callable[[], object]) -> None:
+    # Like lib.publish: a channel-layer failure must not fail the membership write that
+    # already committed. The socket then keeps its groups until it reconnects.
+    try:
+        send()
+    except Exception:  # noqa: BLE001
+        log.warning("could not notify sockets of an access change", exc_info=True)
 
 
 @receiver(post_save, sender=Membership)
