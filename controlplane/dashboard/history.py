@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from controlplane.dashboard.charts import JOB_METRICS, derive
 from controlplane.jobs.choices import ACTIVE, JobStatus
-from controlplane.jobs.models import Job
+from controlplane.jobs.models import Job, Node
 from controlplane.telemetry.models import Alarm, AlarmKind, MetricSample
 from controlplane.telemetry.series import (
     LinkCell,
@@ -143,12 +143,9 @@ def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) 
 def cluster_nodes(visible_jobs: QuerySet[Job]) -> list[dict[str, Any]]:
     """Nodes with slots and the slots the user's visible active jobs use on each.
 
-    Until nodes register (``jobs.models.Node``), the one configured machine stands in.
+    Until a worker registers its node, the one configured machine stands in.
     """
-    from controlplane.jobs import models as job_models
-
-    node_model = getattr(job_models, "Node", None)
-    nodes = list(node_model.objects.order_by("name").values("name", "slots")) if node_model else []
+    nodes = list(Node.objects.order_by("name").values("name", "slots"))
     if not nodes:
         nodes = [{"name": "local", "slots": settings.SYNCLANE_CLUSTER_SLOTS}]
     used: dict[str, int] = {}
