@@ -132,8 +132,9 @@ def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
 def link_matrix(cells: Iterable[LinkCell], world_size: int) -> dict[str, Any]:
     """Return rank × rank matrices (``bandwidth_mbps``, ``latency_ms``, ``jitter_ms``, ``state``).
 
-    Unmeasured cells (and the diagonal) are None. Cells outside ``world_size`` widen it:
-    the run knows its ranks better than a stale spec.
+    Unmeasured cells (and the diagonal) are None; a pair measured one way only shows in
+    both cells. Cells outside ``world_size`` widen it: the run knows its ranks better than a
+    stale spec.
     """
     cells = list(cells)
     n = max([world_size, *[max(c.src, c.dst) + 1 for c in cells]])
@@ -145,7 +146,15 @@ def link_matrix(cells: Iterable[LinkCell], world_size: int) -> dict[str, Any]:
         "jitter_ms": [row[:] for row in empty],
         "state": [row[:] for row in empty],
     }
-    for c in cells:
+    direct = {(c.src, c.dst) for c in cells}
+    # A probe times a round trip, so it measures the pair both ways: a pair probed one way
+    # only (the runtime probes src < dst) fills its mirror cell too.
+    mirrored = [
+        LinkCell(c.dst, c.src, c.bandwidth_bps, c.latency_s, c.jitter_s, c.state, c.step)
+        for c in cells
+        if (c.dst, c.src) not in direct
+    ]
+    for c in [*mirrored, *cells]:
         out["bandwidth_mbps"][c.src][c.dst] = _scaled(c.bandwidth_bps, 1e-6)
         out["latency_ms"][c.src][c.dst] = _scaled(c.latency_s, 1e3)
         out["jitter_ms"][c.src][c.dst] = _scaled(c.jitter_s, 1e3)

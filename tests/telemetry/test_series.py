@@ -91,7 +91,20 @@ def test_the_matrix_is_in_page_units_and_grows_to_the_ranks_seen():
     assert m["ranks"] == [0, 1, 2]
     assert m["bandwidth_mbps"][2][0] == 1000.0
     assert m["latency_ms"][2][0] == 1.5 and m["jitter_ms"][2][0] == 0.2
-    assert m["state"][2][0] == "ok" and m["state"][0][2] is None
+    assert m["state"][2][0] == "ok" and m["state"][1][2] is None
+
+
+def test_a_pair_probed_one_way_fills_both_cells_until_the_other_way_is_measured():
+    one_way = link_matrix(
+        link_cells({"src": 0, "dst": 1, "bandwidth_bps": 1e9, "state": "ok"}), world_size=2
+    )
+    assert one_way["bandwidth_mbps"][1][0] == 1000.0 and one_way["state"][1][0] == "ok"
+    both = link_cells({"src": 0, "dst": 1, "bandwidth_bps": 1e9}) + link_cells(
+        {"src": 1, "dst": 0, "bandwidth_bps": 2e8, "state": "degraded"}
+    )
+    m = link_matrix(both, world_size=2)
+    assert (m["bandwidth_mbps"][0][1], m["bandwidth_mbps"][1][0]) == (1000.0, 200.0)
+    assert m["state"][1][0] == "degraded"
 
 
 def test_enhancement_periods_come_from_flags_and_alarms_merged():

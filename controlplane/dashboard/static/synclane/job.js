@@ -125,10 +125,16 @@
       });
     }
   }
+  // Mirror of telemetry.series.link_matrix: a pair probed one way fills its mirror cell
+  // until the other direction is measured itself.
+  const direct = new Set();
   function onLink(data) {
     (data.cells || []).forEach((c) => {
       grow(Math.max(c.src, c.dst) + 1);
-      ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => { state.links[k][c.src][c.dst] = c[k]; });
+      direct.add(c.src + ">" + c.dst);
+      const put = (i, j) => ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => { state.links[k][i][j] = c[k]; });
+      put(c.src, c.dst);
+      if (!direct.has(c.dst + ">" + c.src)) put(c.dst, c.src);
     });
     drawHeatmap();
   }
