@@ -19,7 +19,9 @@ Three parts:
    shares, and none (first come first served on the shared link): mean and tail job completion
    time and deadline misses.
 
-Times are wall-clock on a shared machine: compare ratios within one run.
+Times are CPU time of this (single-threaded) process, best of several tries, so that other
+processes on a shared machine inflate them less than wall-clock time would; still compare
+ratios within one run.
 """
 
 from __future__ import annotations
@@ -123,9 +125,9 @@ def world(pending: int, tenant_count: int, seed: int = 0) -> Snapshot:
 def best_of(repeats: int, fn: Callable[[], object]) -> float:
     times = []
     for _ in range(repeats):
-        began = time.perf_counter()
+        began = time.process_time()
         fn()
-        times.append(time.perf_counter() - began)
+        times.append(time.process_time() - began)
     return min(times)
 
 
@@ -310,8 +312,8 @@ Command (about a minute; `--quick` takes seconds; `--docs` also rewrites this se
 {command}
 ```
 
-Results (`bench-results/scheduler.json`; 2 cores shared with other test runs, so compare
-ratios within one run, not across runs):
+Results (`bench-results/scheduler.json`; CPU time of the benchmark process, best of several
+tries, on 2 cores shared with other test runs: compare ratios within one run):
 
 {table}
 
