@@ -210,13 +210,7 @@ def test_it_refuses_a_snapshot_with_a_tenant_twice() -> None:
 def test_it_serves_a_tenant_by_its_share_after_a_reclaim_lowered_it() -> None:
     """vision reclaims nlp's newest job; nlp then borrows nothing and goes before speech, which
     still borrows, for the last two free slots."""
-    lab = {"cohort": "lab"}
-    tenants = [
-        tenant("vision", slots=4, **lab),
-        tenant("nlp", slots=4, **lab),
-        tenant("speech", slots=4, **lab),
-        tenant("idle", slots=4, **lab),
-    ]
+    tenants = [tenant(name, slots=4, cohort="lab") for name in ("vision", "nlp", "speech", "idle")]
     holding = [
         running("n-old", "nlp", 4, started=1),
         running("n-new", "nlp", 4, started=3),
