@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 
 from controlplane.jobs.choices import PriorityClass, SyncStrategy, Workload
+from controlplane.jobs.services import check_fits
 from controlplane.jobs.spec import JobSpec, SpecError
 from controlplane.telemetry.models import AlarmKind
 from controlplane.tenancy.models import Tenant
@@ -39,7 +40,10 @@ class JobForm(forms.Form):
         data = super().clean() or {}
         try:
             self.spec = JobSpec.from_input(data)
+            if data.get("tenant") is not None:
+                check_fits(tenant=data["tenant"], spec=self.spec)
         except SpecError as exc:
+            self.spec = None
             for field, reasons in exc.errors.items():
                 for reason in reasons:
                     self.add_error(field if field in self.fields else None, reason)

@@ -87,9 +87,13 @@ class JobListCreate(APIView):
             spec = JobSpec.from_input(data if hasattr(data, "get") else {})
         except SpecError as exc:
             errors.update(exc.errors)
+        if not errors:
+            try:
+                job = job_submit(tenant=tenant, spec=spec, actor=request.user)
+            except SpecError as exc:
+                errors.update(exc.errors)
         if errors:
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
-        job = job_submit(tenant=tenant, spec=spec, actor=request.user)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 

@@ -106,7 +106,10 @@ def _write_waiting(waiting: Iterable[core.Waiting]) -> None:
 
 def _write_allocations(allocations: Mapping[str, core.Allocation]) -> dict[int, float]:
     """Store each holding job's allocation; push changes after commit. Returns Mbit/s by job."""
-    mbps = {int(job_id): a.bps / adapters.MBPS for job_id, a in allocations.items()}
+    # A run paced at 0 bit/s would never finish a collective: every holder gets at least
+    # a trickle (a tenant with no bandwidth quota still makes slow progress).
+    floor = settings.SYNCLANE_MIN_ALLOCATION_MBPS
+    mbps = {int(job_id): max(a.bps / adapters.MBPS, floor) for job_id, a in allocations.items()}
     changed: list[tuple[int, str, float]] = []
     current = dict(Job.objects.filter(pk__in=mbps).values_list("pk", "allocation_mbps"))
     tenants = dict(Job.objects.filter(pk__in=mbps).values_list("pk", "tenant__slug"))

@@ -16,7 +16,7 @@ from django.utils import timezone
 from controlplane.jobs import state
 from controlplane.jobs.choices import ACTIVE, TERMINAL, WAITING, JobStatus, PriorityClass
 from controlplane.jobs.models import Job, Queue
-from controlplane.jobs.spec import JobSpec
+from controlplane.jobs.spec import JobSpec, SpecError
 from controlplane.tenancy.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,31 @@ def request_schedule() -> None:
     _enqueue_on_commit("workers.tasks.schedule_tick")
 
 
+def check_fits(*, tenant: Tenant, spec: JobSpec) -> None:
+    """Raise SpecError if the job is larger than the cluster itself.
+
+    Such a job could never run, whatever the quotas, and would block a StrictFIFO queue.
+    A job over its tenant's quota is accepted: it waits, with that reason, for the quota.
+    """
+    from controlplane.jobs.adapters import MBPS, cluster_capacity
+
+    errors: dict[str, list[str]] = {}
+    capacity = cluster_capacity()
+    if capacity.slots and spec.world_size > capacity.slots:  # 0: no live worker now; wait
+        errors["world_size"] = [f"needs {spec.world_size} slots; the cluster has {capacity.slots}"]
+    fabric_mbps = capacity.fabric_bps / MBPS
+    if fabric_mbps and spec.bandwidth_floor_mbps > fabric_mbps:
+        errors["bandwidth_floor_mbps"] = [f"exceeds the cluster fabric of {fabric_mbps:g} Mbit/s"]
+    if errors:
+        raise SpecError(errors)
+
+
 def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AbstractBaseUser | None) -> Job:
-    """Create a queued job for ``tenant`` from a validated spec and request scheduling."""
+    """Create a queued job for ``tenant`` from a validated spec and request scheduling.
+
+    Raises SpecError (nothing written) if the job could never be admitted.
+    """
+    check_fits(tenant=tenant, spec=spec)
     with transaction.atomic():
         queue, _ = Queue.objects.get_or_create(tenant=tenant, name="default")
         job = Job.objects.create(

@@ -27,11 +27,11 @@ def can_transition(current: str, to: str) -> bool:
     return JobStatus(to) in ALLOWED_TRANSITIONS[JobStatus(current)]
 
 
-# Timestamps set by entering a state (only the first time: a restart keeps started_at).
-_STAMPS = {
-    JobStatus.ADMITTED: "admitted_at",
-    JobStatus.RUNNING: "started_at",
-}
+# Timestamps set by entering a state. admitted_at is renewed on every admission: the
+# scheduling core treats it as the job's start, and its proof that two jobs never preempt
+# each other needs it to grow with admission order. started_at keeps the first start.
+_STAMP_EVERY_TIME = {JobStatus.ADMITTED: "admitted_at"}
+_STAMP_FIRST_TIME = {JobStatus.RUNNING: "started_at"}
 
 
 def transition(
@@ -54,8 +54,9 @@ def transition(
         raise TransitionError(f"job {job.pk}: {expected} → {to} is not allowed")
     now = timezone.now()
     values: dict[str, Any] = {"status": to, "status_reason": reason[:300], **fields}
-    stamp = _STAMPS.get(JobStatus(to))
-    if stamp and getattr(job, stamp) is None:
+    if stamp := _STAMP_EVERY_TIME.get(JobStatus(to)):
+        values[stamp] = now
+    if (stamp := _STAMP_FIRST_TIME.get(JobStatus(to))) and getattr(job, stamp) is None:
         values[stamp] = now
     if JobStatus(to) in TERMINAL:
         values.setdefault("finished_at", now)

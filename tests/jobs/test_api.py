@@ -104,3 +104,16 @@ def test_a_viewer_sees_the_job_but_cannot_cancel_it(api, alice, charlie, spec_in
     login(api, charlie)
     assert api.get(f"/api/v1/jobs/{job_id}/").status_code == 200
     assert api.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404
+
+
+def test_a_job_larger_than_the_cluster_is_refused_at_submit(api, alice, spec_input):
+    response = submit(login(api, alice), tenant="vision", **{**spec_input, "world_size": 6})
+    assert response.status_code == 400
+    assert response.json()["world_size"] == ["needs 6 slots; the cluster has 4"]
+    assert Job.objects.count() == 0
+
+
+def test_a_floor_above_the_fabric_is_refused(api, alice, spec_input):
+    response = submit(login(api, alice), tenant="vision", **spec_input, bandwidth_floor_mbps=5000)
+    assert response.status_code == 400
+    assert response.json()["bandwidth_floor_mbps"] == ["exceeds the cluster fabric of 1000 Mbit/s"]

@@ -90,9 +90,10 @@ def test_capacity_comes_from_live_nodes_once_a_node_registered(vision, alice):
     from django.utils import timezone
 
     Node.objects.create(name="n1", slots=2, fabric_mbps=1000, last_seen=timezone.now())
-    job = submit(vision, alice, ranks=3)
+    first, second = submit(vision, alice, ranks=2), submit(vision, alice, ranks=2)
     schedule_pass()
-    assert fresh(job).wait_code == "too_large"
+    assert statuses(first, second) == ["admitted", "queued"]
+    assert fresh(second).wait_code == "cluster_slots"
 
 
 def test_allocations_are_written_to_jobs_and_to_redis(
@@ -153,3 +154,10 @@ def test_only_queued_jobs_have_a_position(vision, alice, status):
     job = submit(vision, alice, ranks=1)
     Job.objects.filter(pk=job.pk).update(status=status)
     assert queue_position(fresh(job)) is None
+
+
+def test_a_tenant_without_bandwidth_quota_still_gets_a_trickle(vision, alice, settings):
+    vision.bandwidth_quota_mbps = 0
+    vision.save()
+    job = submit(vision, alice, ranks=1)
+    assert schedule_pass().allocations[job.pk] == settings.SYNCLANE_MIN_ALLOCATION_MBPS

@@ -97,3 +97,17 @@ def test_a_stale_writer_loses_the_race(job):
 def test_entering_a_terminal_state_stamps_finished_at(job):
     state.transition(job, "cancelled", reason="bye")
     assert Job.objects.get(pk=job.pk).finished_at is not None
+
+
+def test_every_admission_renews_admitted_at_but_a_restart_keeps_started_at(job):
+    state.transition(job, "admitted", reason="a")
+    first_admitted = Job.objects.get(pk=job.pk).admitted_at
+    state.transition(job, "running", reason="r")
+    started = Job.objects.get(pk=job.pk).started_at
+    state.transition(job, "preempted", reason="p")
+    state.transition(job, "queued", reason="q")
+    state.transition(job, "admitted", reason="again")
+    state.transition(job, "running", reason="r2")
+    again = Job.objects.get(pk=job.pk)
+    assert again.admitted_at > first_admitted
+    assert again.started_at == started
