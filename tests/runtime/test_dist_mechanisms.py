@@ -52,12 +52,11 @@ def run_check(name: str, tmp_path: Path, **env: str) -> Any:
     return json.loads(out.read_text())
 
 
-def alarms(r: redis.Redis, job: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(f["data"])
-        for _, f in r.xrange(p.telemetry_stream(job))
-        if f["type"] == p.MSG_ALARM
-    ]
+def alarms(r: redis.Redis, job: str, *kinds: str) -> list[dict[str, Any]]:
+    """The job's alarm messages of ``kinds`` (a loaded host may add unrelated link alarms)."""
+    stream = r.xrange(p.telemetry_stream(job))
+    messages = [json.loads(f["data"]) for _, f in stream if f["type"] == p.MSG_ALARM]
+    return [m for m in messages if m["kind"] in kinds]
 
 
 def test_full_sync_through_our_hook_matches_plain_ddp_and_adaptive_keeps_critical_grads(
@@ -93,8 +92,10 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     assert adaptive[:2] == full[:2]  # warm-up: everything, every step
     assert adaptive[2] < 0.5 * full[0] and adaptive[3] < 0.5 * full[0]  # steps 3, 4: critical only
     # Step 5 = warm-up end + H launches the average of non-critical params; it travels during
-    # step 6 (overlapped with its compute), so step 6 carries its bytes.
-    assert adaptive[4] < 0.5 * full[0] and adaptive[5] >= full[0]
+    # step 6 (overlapped with its compute). Bytes count in the step in which the collective
+    # completed, which is step 5 or 6 depending on thread timing, so check the pair.
+    critical = adaptive[2]
+    assert adaptive[4] + adaptive[5] >= 2 * critical + 0.9 * (full[0] - critical)
 
 
 def test_the_throttle_holds_three_rates_and_follows_a_live_allocation(
@@ -114,7 +115,7 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
     assert trail[12]["drift"] > 0.5 and trail[12]["enhanced"] == 1.0  # the LR spike on rank 1
     assert all(row["drift"] < 0.5 for s, row in trail.items() if s != 12)
     assert result["raised"] == result["cleared"] == 1
-    raised, cleared = alarms(r, "51")
+    raised, cleared = alarms(r, "51", p.ALARM_SYNC_DRIFT)
     assert (raised["kind"], raised["state"], raised["step"], raised["threshold"]) == (
         "sync_drift",
         "raised",
@@ -134,9 +135,13 @@ def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
         10,
     ]  # degraded from step 3, escalated after 8 steps, on both ranks
     assert result["chunks"][:2] == [262144.0, 262144.0] and result["chunks"][-1] == 65536.0
-    [raised] = alarms(r, "52")
+    [straggler] = alarms(r, "52", p.ALARM_STRAGGLER)
+    [raised] = alarms(r, "52", p.ALARM_LINK_DEGRADED)
     assert (raised["kind"], raised["state"], raised["step"]) == ("link_degraded", "raised", 3)
     assert raised["value"] > raised["threshold"] == 0.1
+    # Rank 0 waits for rank 1 (the delayed one) inside every collective: rank 1 is named.
+    assert (straggler["kind"], straggler["state"], straggler["step"]) == ("straggler", "raised", 3)
+    assert "rank 1 arrives last" in straggler["detail"]
 
 
 def test_probes_measure_the_link_matrix_and_flag_a_slow_rank(

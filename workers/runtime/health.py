@@ -9,7 +9,9 @@ mismatch). The ladder on a slow link:
    chunk size (multiplicative decrease) and raise ``link_degraded`` once;
 2. healthy steps grow the chunk again (additive increase); ``clear_after`` healthy steps in a
    row clear the alarm;
-3. ``escalate_after`` degraded steps in a row raise ``LinkFailure`` on every rank at the same
+3. a rank the others keep waiting for (spread of the ranks' sync delays above the threshold)
+   is named in a ``straggler`` alarm, cleared when the spread falls under half the threshold;
+4. ``escalate_after`` degraded steps in a row raise ``LinkFailure`` on every rank at the same
    step, after the optimizer step, so the run can checkpoint and exit cleanly
    (``EXIT_LINK_FAILED``) and the supervisor restart it.
 
@@ -49,6 +51,7 @@ class LinkHealth:
         "degraded_steps",
         "healthy_steps",
         "alarmed",
+        "straggler_alarmed",
         "jitter_s",
         "sync_delay_s",
         "_delays",
@@ -72,6 +75,7 @@ class LinkHealth:
         self.degraded_steps = 0
         self.healthy_steps = 0
         self.alarmed = False
+        self.straggler_alarmed = False
         self.jitter_s = 0.0
         self.sync_delay_s = 0.0
         self._delays: deque[float] = deque(maxlen=8)
@@ -86,6 +90,7 @@ class LinkHealth:
         self.sync_delay_s = sync_delays[worst] if sync_delays else 0.0
         self._delays.append(self.sync_delay_s)
         self.jitter_s = _std(self._delays)
+        self._check_straggler(step, sync_delays)
         value = max(self.sync_delay_s, self.jitter_s)
         if value > self.threshold_s:
             self._degraded(step, value, worst)
@@ -121,10 +126,28 @@ class LinkHealth:
             self.alarmed = False
             self._alarm(step, value, "cleared", "link healthy again")
 
-    def _alarm(self, step: int, value: float, state: str, detail: str) -> None:
+    def _check_straggler(self, step: int, sync_delays: Sequence[float]) -> None:
+        """The rank that waits least inside collectives is the one the others wait for."""
+        if len(sync_delays) < 2:
+            return
+        spread = max(sync_delays) - min(sync_delays)
+        late = min(range(len(sync_delays)), key=lambda r: sync_delays[r])
+        if not self.straggler_alarmed and spread > self.threshold_s:
+            self.straggler_alarmed = True
+            detail = f"rank {late} arrives last; other ranks wait up to {spread:.3f}s for it"
+            self._alarm(step, spread, "raised", detail, kind=p.ALARM_STRAGGLER)
+        elif self.straggler_alarmed and spread < self.threshold_s * 0.5:
+            self.straggler_alarmed = False
+            self._alarm(
+                step, spread, "cleared", "ranks arrive together again", kind=p.ALARM_STRAGGLER
+            )
+
+    def _alarm(
+        self, step: int, value: float, state: str, detail: str, *, kind: str = p.ALARM_LINK_DEGRADED
+    ) -> None:
         if self.reporter is not None and self.reporter.is_metrics_rank:
             self.reporter.alarm(
-                p.ALARM_LINK_DEGRADED,
+                kind,
                 value=value,
                 threshold=self.threshold_s,
                 step=step,
