@@ -13,6 +13,8 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "AllocationClient": "workers.runtime.reporter",
+    "LinkFailure": "workers.runtime.health",
     "Reporter": "workers.runtime.reporter",
     "RuntimeConfig": "workers.runtime.config",
     "wrap": "workers.runtime.wrap",
