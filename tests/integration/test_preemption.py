@@ -52,6 +52,8 @@ def test_a_critical_job_preempts_a_low_job_which_resumes_from_its_checkpoint(liv
     done = live.wait_for_job(critical["id"], token, {"succeeded", "failed"}, timeout=180)
     assert done["status"] == "succeeded"
 
+    # The low job was stopped to make room; once the critical job is done it is readmitted.
+    live.wait_for_job(low["id"], token, {"running"}, timeout=120)
     low_job = Job.objects.get(pk=low["id"])
     checkpoint = low_job.checkpoint_step
     # The workload checkpoints where SIGTERM found it, not only every 5 steps.
@@ -59,10 +61,9 @@ def test_a_critical_job_preempts_a_low_job_which_resumes_from_its_checkpoint(liv
     path = list(
         low_job.events.exclude(from_status=F("to_status")).values_list("to_status", flat=True)
     )
-    assert path[:5] == ["admitted", "running", "preempted", "queued", "admitted"], path
+    assert path[:6] == ["admitted", "running", "preempted", "queued", "admitted", "running"], path
 
     # Resumed, not restarted: after the second start the run reports steps past the checkpoint only.
-    live.wait_for_job(low["id"], token, {"running"}, timeout=120)
     resumed_at = low_job.events.filter(to_status="running").last().created_at
     wait_until(
         lambda: MetricSample.objects.filter(job_id=low["id"], reported_at__gt=resumed_at).exists(),
