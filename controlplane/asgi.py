@@ -1,6 +1,6 @@
 """ASGI entry point: HTTP via Django, websockets via Channels.
 
-    daphne -b 127.0.0.1 -p 8000 controlplane.asgi:application
+daphne -b 127.0.0.1 -p 8000 controlplane.asgi:application
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ def test_a_user_submits_a_job_and_sees_the_live_chart_draw(page, live, alice):
     page.click("form.submit-form button[type=submit]")
 
     page.wait_for_url(f"{live.url}/jobs/*/")
-    page.wait_for_function("document.getElementById('live-state').textContent === 'live'", timeout=15_000)
+    page.wait_for_function(
+        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
+    )
     # Points arrive over the websocket (nothing polls), so the count grows while it runs.
     page.wait_for_function("window.synclane.points >= 3", timeout=120_000)
     drawn = page.evaluate("document.getElementById('chart-loss').data[0].x.length")
@@ -53,7 +55,13 @@ def test_bob_gets_a_404_for_alices_job_page(page, live, alice, bob):
     _, job = live.request(
         "POST",
         "/api/v1/jobs/",
-        {"tenant": "vision", "name": "private", "workload": "tiny_gpt", "world_size": 1, "steps": 1},
+        {
+            "tenant": "vision",
+            "name": "private",
+            "workload": "tiny_gpt",
+            "world_size": 1,
+            "steps": 1,
+        },
         token=token,
     )
     log_in(page, live, "bob")
