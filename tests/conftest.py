@@ -7,7 +7,9 @@ The live stack (Celery worker, ingest, ASGI server) is in tests/integration/conf
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
@@ -16,6 +18,7 @@ from django.core.management.base import CommandError
 from django.db import OperationalError
 from django.test import TransactionTestCase
 
+from controlplane import devstack
 from controlplane.devstack import PRIVATE_REDIS_FLAG
 from controlplane.jobs.models import Queue
 from controlplane.tenancy.models import Membership, Role, Tenant
@@ -41,6 +44,40 @@ def _flush_retrying_deadlocks(self: TransactionTestCase) -> None:
 
 
 TransactionTestCase._fixture_teardown = _flush_retrying_deadlocks
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[str]:
+    """A redis-server of this pytest process alone (runtime and workload tests use it).
+
+    Separate from the suite's Redis so that flushing it never touches the broker and
+    channel layer of the live worker processes. Yields its URL; stopped at the end.
+    """
+    port = devstack.free_port()
+    argv = devstack.redis_server_argv(port, tmp_path_factory.mktemp("redis"))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    try:
+        devstack.wait_for_port(port, timeout=15, proc=proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """``redis_server``'s URL with its database emptied (safe: this process started it)."""
+    client = redis_lib.Redis.from_url(redis_server)
+    client.flushdb()
+    client.close()
+    return redis_server
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis_lib.Redis]:
+    client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
 
 
 @pytest.fixture
