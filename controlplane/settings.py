@@ -112,7 +112,7 @@ CHANNEL_LAYERS = {
         "CONFIG": {
             # redis-py 8 times reads out after 5 s by default, exactly channels_redis's
             # blocking-receive period: the race drops idle websockets. Give reads headroom.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 10}],
             "capacity": 1000,
             "expiry": 30,
         },

@@ -61,6 +61,8 @@ async def test_another_tenants_member_is_closed_with_not_found(private_redis, al
     ws = communicator(job.pk, ORIGIN, (b"cookie", await cookie_for(bob)))
     await ws.connect()
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    # Answer the close, so the consumer stops before the loop does.
+    await ws.disconnect()
 
 
 async def test_an_anonymous_socket_is_closed_as_unauthenticated(private_redis, alice, vision):
@@ -68,6 +70,8 @@ async def test_an_anonymous_socket_is_closed_as_unauthenticated(private_redis, a
     ws = communicator(job.pk, ORIGIN)
     await ws.connect()
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    # Answer the close, so the consumer stops before the loop does.
+    await ws.disconnect()
 
 
 async def test_a_foreign_origin_is_refused_before_the_consumer(private_redis, alice, vision):

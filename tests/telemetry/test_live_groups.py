@@ -49,6 +49,8 @@ async def test_a_tenant_socket_gets_its_tenants_messages_and_bob_is_refused(
 
     refused = await open_socket("/ws/tenants/vision/", bob)
     assert await refused.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    # Answer the close, so the consumer stops before the loop does.
+    await refused.disconnect()
 
 
 async def test_bob_on_the_cluster_socket_never_receives_vision_messages(
@@ -90,6 +92,8 @@ async def test_a_socket_is_closed_when_its_user_loses_the_membership(
     await database_sync_to_async(Membership.objects.filter(user=charlie).delete)()
 
     assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    # Answer the close, so the consumer stops before the loop does.
+    await ws.disconnect()
 
 
 async def test_a_membership_change_that_keeps_access_keeps_the_socket(
