@@ -13,11 +13,19 @@ from django.test import Client
 
 from controlplane.jobs.models import Job
 from controlplane.telemetry.models import MetricSample
-from workers.supervisor.process import group_alive
+from workers.supervisor.process import descendants, group_alive, pid_alive
 
 from ..conftest import PASSWORD
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def session_cookie(user) -> str:
@@ -112,13 +120,16 @@ def test_cancel_mid_run_ends_the_process_group(live, alice):
         assert time.monotonic() < deadline, "no metrics reported"
         time.sleep(0.2)
     assert group_alive(pgid)
+    ranks = [pid for pid in descendants(pgid) if "workers.workloads.tiny_gpt" in cmdline(pid)]
+    assert len(ranks) == 2, ranks
 
     status, _ = live.request("POST", f"/api/v1/jobs/{job['id']}/cancel/", token=token)
     assert status == 202
     done = live.wait_for_job(job["id"], token, {"cancelled", "failed", "succeeded"}, timeout=60)
 
     assert done["status"] == "cancelled"
-    assert not group_alive(pgid), "ranks outlived the cancel"
+    assert not group_alive(pgid), "torchrun outlived the cancel"
+    assert not [pid for pid in ranks if pid_alive(pid)], "ranks outlived the cancel"
 
 
 def test_bob_cannot_subscribe_to_alices_job(live, alice, bob):

@@ -38,6 +38,47 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Path) -> subp
     return proc
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Linux /proc).
+
+    torchrun starts each rank in a session of its own, so signalling torchrun's process
+    group does not reach the ranks: they have to be found and signalled by pid.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pgid: int) -> None:
+    """SIGKILL the group led by ``pgid`` and every process below its leader."""
+    for pid in descendants(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def group_alive(pgid: int) -> bool:
     """Return True while any process of the group exists (zombies included)."""
     try:
@@ -55,22 +96,29 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def terminate_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> int:
-    """SIGTERM the whole group, SIGKILL it after ``grace_s``; return the exit code.
+    """SIGTERM torchrun's group, SIGKILL everything left after ``grace_s``; return its code.
 
-    torchrun forwards SIGTERM to its ranks, which checkpoint and exit; a rank that
-    hangs is killed with the rest of the group after the grace period.
+    torchrun forwards SIGTERM to its ranks, which checkpoint and exit. The ranks live in
+    sessions of their own, so they are collected first and checked (and killed) by pid:
+    nothing of the run survives this call.
     """
     pgid = proc.pid
+    ranks = descendants(pgid)
     signal_group(pgid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        signal_group(pgid, signal.SIGKILL)
+        kill_tree(pgid)
         proc.wait()
-    # Ranks can outlive torchrun by a moment; the group must be empty before we return.
     deadline = time.monotonic() + grace_s
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        group_alive(pgid) or any(pid_alive(pid) for pid in ranks)
+    ):
         time.sleep(0.05)
+    for pid in ranks:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     if group_alive(pgid):
         signal_group(pgid, signal.SIGKILL)
     return proc.returncode
@@ -93,7 +141,7 @@ def kill_leftover_groups(jobs_dir: Path) -> list[int]:
         except (OSError, ValueError):
             continue
         if group_alive(pgid):
-            signal_group(pgid, signal.SIGKILL)
+            kill_tree(pgid)
             killed.append(pgid)
         pgid_file.unlink(missing_ok=True)
     return killed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import signal
 import socket
 
 from django.conf import settings
@@ -33,7 +32,7 @@ def reconcile_step() -> int:
     for job in stale:
         pgid = job.placement.get("pgid")
         if pgid and job.placement.get("node") == socket.gethostname():
-            process.signal_group(int(pgid), signal.SIGKILL)
+            process.kill_tree(int(pgid))
         try:
             state.transition(job, JobStatus.FAILED, reason="supervisor lost (no heartbeat)")
             settled += 1
