@@ -137,9 +137,9 @@ def queue_position(job: Job) -> int | None:
 # --- reports from the supervisor ---------------------------------------------------------
 
 
-def job_heartbeat(*, job_id: int, last_step: int | None = None) -> bool:
-    """Record that the job's supervisor is alive; return False if the job is not active."""
-    values: dict[str, object] = {"heartbeat_at": timezone.now()}
-    if last_step is not None:
-        values["last_step"] = last_step
-    return Job.objects.filter(pk=job_id, status__in=ACTIVE).update(**values) == 1
+def job_heartbeat(*, job_id: int) -> bool:
+    """Record that the job's supervisor is alive; return False if the job is not active.
+
+    The step reached is written by the telemetry ingest, not here.
+    """
+    return Job.objects.filter(pk=job_id, status__in=ACTIVE).update(heartbeat_at=timezone.now()) == 1

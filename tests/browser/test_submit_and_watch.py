@@ -17,13 +17,17 @@ def log_in(page, live, username: str) -> None:
     page.wait_for_url(f"{live.url}/")
 
 
+def submit_form(page, *, name: str, world_size: str, steps: str) -> None:
+    page.select_option("select[name=tenant]", "vision")
+    page.fill("input[name=name]", name)
+    page.fill("input[name=world_size]", world_size)
+    page.fill("input[name=steps]", steps)
+    page.click("form.submit-form button[type=submit]")
+
+
 def test_a_user_submits_a_job_and_sees_the_live_chart_draw(page, live, alice):
     log_in(page, live, "alice")
-    page.select_option("select[name=tenant]", "vision")
-    page.fill("input[name=name]", "from the browser")
-    page.fill("input[name=world_size]", "2")
-    page.fill("input[name=steps]", "40")
-    page.click("form.submit-form button[type=submit]")
+    submit_form(page, name="from the browser", world_size="2", steps="40")
 
     page.wait_for_url(f"{live.url}/jobs/*/")
     page.wait_for_function(
@@ -41,11 +45,7 @@ def test_a_user_submits_a_job_and_sees_the_live_chart_draw(page, live, alice):
 
 def test_the_form_shows_the_reason_for_a_bad_field(page, live, alice):
     log_in(page, live, "alice")
-    page.select_option("select[name=tenant]", "vision")
-    page.fill("input[name=name]", "too wide")
-    page.fill("input[name=world_size]", "999")
-    page.fill("input[name=steps]", "10")
-    page.click("form.submit-form button[type=submit]")
+    submit_form(page, name="too wide", world_size="999", steps="10")
     error = page.locator(".field-error[data-field=world_size]")
     assert "between 1 and" in error.inner_text()
 
