@@ -37,7 +37,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         raise NotImplementedError
 
     async def greeting(self) -> list[dict[str, Any]]:
-        """Messages sent right after accepting (e.g. the current status)."""
+        """Messages sent right after accepting (e.g. the current status).
+
+        Called after the socket joined its groups, so whatever it reads is at least as new
+        as the last change it could have missed; a change after the join arrives as usual.
+        """
         return []
 
     def allows(self, payload: dict[str, Any]) -> bool:
@@ -108,7 +112,10 @@ class JobConsumer(LiveConsumer):
         return None if self.job is None else [job_group(self.job.pk)]
 
     async def greeting(self) -> list[dict[str, Any]]:
-        return [status_message(self.job)]
+        # Read again: the row loaded by resolve() predates the group join, and a transition
+        # published in between would otherwise be lost (the socket showed a stale status).
+        job = await _refreshed(self.job)
+        return [status_message(job)]
 
 
 class TenantConsumer(LiveConsumer):
@@ -151,6 +158,12 @@ class AlarmsConsumer(LiveConsumer):
 @database_sync_to_async
 def _visible_job(user: Any, job_id: int) -> Any:
     return jobs_for(user).filter(pk=job_id).first()
+
+
+@database_sync_to_async
+def _refreshed(job: Any) -> Any:
+    job.refresh_from_db()
+    return job
 
 
 @database_sync_to_async

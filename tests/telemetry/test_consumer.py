@@ -56,6 +56,31 @@ async def test_a_member_receives_the_status_then_forwarded_metrics(private_redis
     await ws.disconnect()
 
 
+async def test_a_change_between_lookup_and_group_join_is_not_lost(
+    private_redis, alice, vision, monkeypatch
+):
+    # The job is looked up before the socket joins its group; a transition published in
+    # that gap reaches nobody, so the greeting must show the status as of after the join.
+    from controlplane.jobs.state import transition
+    from controlplane.telemetry.consumers import LiveConsumer
+
+    job = await make_job(vision, alice)
+    join = LiveConsumer._join
+
+    async def cancel_then_join(self, groups):
+        if groups:  # the join on connect, not the leave on disconnect
+            await database_sync_to_async(transition)(job, "cancelled", reason="raced")
+        await join(self, groups)
+
+    monkeypatch.setattr(LiveConsumer, "_join", cancel_then_join)
+    ws = communicator(job.pk, ORIGIN, (b"cookie", await cookie_for(alice)))
+    connected, _ = await ws.connect()
+    assert connected
+    first = await ws.receive_json_from(timeout=5)
+    assert (first["type"], first["status"]) == ("status", "cancelled")
+    await ws.disconnect()
+
+
 async def test_another_tenants_member_is_closed_with_not_found(private_redis, alice, bob, vision):
     job = await make_job(vision, alice)
     ws = communicator(job.pk, ORIGIN, (b"cookie", await cookie_for(bob)))
