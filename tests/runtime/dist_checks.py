@@ -21,10 +21,11 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from workers.runtime.config import RuntimeConfig
-from workers.runtime.engine import CommEngine
+from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, CommEngine
 from workers.runtime.health import LinkFailure
 from workers.runtime.reporter import AllocationClient, Reporter
 from workers.runtime.stats import CommStats
+from workers.runtime.strategies import local_step_scale
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 from workers.runtime.wrap import SynclaneDDP, wrap
 
@@ -307,9 +308,94 @@ def check_probes() -> dict[str, Any]:
     return out
 
 
+def check_local_step_scale() -> dict[str, Any]:
+    """Adaptive's local steps of non-critical params, with and without the sqrt(n) scale.
+
+    Two runs from the same state and batches: warm-up step 1 (full), then step 2, the first
+    selective one. Their updates must agree on critical params and differ by the scale
+    (sqrt(2) with AdamW, chosen automatically) on non-critical ones.
+    """
+    deltas: dict[str, dict[str, torch.Tensor]] = {}
+    for name, scale in (("auto", None), ("unscaled", 1.0)):
+        model, opt = wrapped(
+            base_cfg(sync="adaptive", warmup_steps=1, drift_threshold=10.0, local_step_scale=scale)
+        )
+        train_one(model, opt, 1)
+        before = {n: q.detach().clone() for n, q in model.module.named_parameters()}
+        train_one(model, opt, 2)
+        deltas[name] = {n: q.detach() - before[n] for n, q in model.module.named_parameters()}
+        deltas[name + "_scale"] = model.session.strategy.step_scale  # type: ignore[assignment]
+        model.session.close()
+    auto, unscaled = deltas["auto"], deltas["unscaled"]
+    ratios = {
+        n: float(auto[n].norm() / unscaled[n].norm()) for n in auto if not n.startswith("attn.")
+    }
+    return {
+        "scale": deltas["auto_scale"],
+        "critical_equal": all(
+            torch.equal(auto[n], unscaled[n]) for n in auto if n.startswith("attn.")
+        ),
+        "noncritical_ratios": ratios,
+        "sgd_scale": local_step_scale(
+            base_cfg(sync="adaptive"), torch.optim.SGD(Net().parameters(), lr=0.1), 2
+        ),
+    }
+
+
+def check_background_lane() -> dict[str, Any]:
+    """A background transfer yields the (paced) link to foreground gradients.
+
+    At 20 Mbit/s a 320 KiB background average needs ~130 ms of link and a 32 KiB gradient
+    ~13 ms. The background starts first; the gradient, submitted 5 ms later, must not
+    queue behind all of it (FIFO: ~145 ms), only behind the background chunk in flight.
+    """
+    stats = CommStats()
+    pacer = TokenBucket(
+        link_rate_fn(link_mbps=20.0, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
+    )
+    fg = CommEngine(group=dist.new_group(), pacer=pacer, stats=stats, rank=dist.get_rank())
+    bg = CommEngine(
+        group=dist.new_group(),
+        pacer=pacer,
+        stats=CommStats(),
+        rank=dist.get_rank(),
+        chunk_bytes=BACKGROUND_CHUNK_BYTES,
+        yield_to=fg.wait_until_idle,
+    )
+    dist.barrier()
+    average = torch.full((80 * 1024,), float(dist.get_rank() + 1))
+    gradient = torch.full((8 * 1024,), float(dist.get_rank() + 1))
+    start = time.perf_counter()
+    bg_future = bg.submit(average, flush=True)
+    time.sleep(0.005)
+    fg_future = fg.submit(gradient, flush=True)
+    fg_future.wait()
+    fg_s = time.perf_counter() - start
+    bg_future.wait()
+    bg_s = time.perf_counter() - start
+    expected = float(sum(range(1, dist.get_world_size() + 1)))
+    out = {
+        "foreground_s": fg_s,
+        "background_s": bg_s,
+        "sums_correct": bool((average == expected).all() and (gradient == expected).all()),
+    }
+    fg.close()
+    bg.close()
+    return out
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
-    for f in (check_numerics, check_peers, check_throttle, check_drift, check_fault, check_probes)
+    for f in (
+        check_numerics,
+        check_peers,
+        check_throttle,
+        check_drift,
+        check_fault,
+        check_probes,
+        check_local_step_scale,
+        check_background_lane,
+    )
 }
 
 

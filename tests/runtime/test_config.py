@@ -25,6 +25,7 @@ def test_it_reads_the_supervisor_environment() -> None:
             p.ENV_SYNC: "adaptive",
             p.ENV_LINK_MBPS: "100",
             p.ENV_DRIFT_THRESHOLD: "0.2",
+            p.ENV_LOCAL_STEP_SCALE: "1.5",
             "RANK": "1",
             "WORLD_SIZE": "4",
         }
@@ -36,6 +37,7 @@ def test_it_reads_the_supervisor_environment() -> None:
         100.0,
     )
     assert (cfg.rank, cfg.world_size, cfg.drift_threshold) == (1, 4, 0.2)
+    assert cfg.local_step_scale == 1.5
     assert cfg.reporting is True
 
 
@@ -56,6 +58,7 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_DRIFT_THRESHOLD: "-1"}, "drift_threshold"),
         ({p.ENV_FAULT: "rank=1,speed=3"}, "bad fault spec"),
         ({p.ENV_CRITICAL: "attn("}, "regular expression"),
+        ({p.ENV_LOCAL_STEP_SCALE: "0"}, "local_step_scale must be > 0"),
     ],
 )
 def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], message: str) -> None:

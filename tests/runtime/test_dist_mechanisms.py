@@ -98,6 +98,26 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     assert adaptive[4] + adaptive[5] >= 2 * critical + 0.9 * (full[0] - critical)
 
 
+def test_adaptive_scales_local_steps_of_noncritical_params_only(tmp_path: Path) -> None:
+    result = run_check("local_step_scale", tmp_path)
+    # AdamW on 2 ranks: sqrt(2) automatically; SGD's local steps stay as they are.
+    assert result["scale"] == pytest.approx(2**0.5)
+    assert result["sgd_scale"] == 1.0
+    assert result["critical_equal"] is True
+    assert result["noncritical_ratios"]
+    for name, ratio in result["noncritical_ratios"].items():
+        assert ratio == pytest.approx(2**0.5, rel=1e-4), name
+
+
+def test_background_averages_yield_the_link_to_gradients(tmp_path: Path) -> None:
+    result = run_check("background_lane", tmp_path)
+    assert result["sums_correct"] is True
+    # Link time: background 320 KiB ~ 131 ms, gradient 32 KiB ~ 13 ms at 20 Mbit/s.
+    assert result["background_s"] >= 0.13
+    # Behind at most a 16 KiB chunk (~7 ms), not the whole average (FIFO: >= 144 ms).
+    assert result["foreground_s"] < 0.5 * result["background_s"], result
+
+
 def test_the_throttle_holds_three_rates_and_follows_a_live_allocation(
     tmp_path: Path, redis_url: str
 ) -> None:

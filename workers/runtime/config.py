@@ -45,6 +45,9 @@ class RuntimeConfig:
     chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start
     powersgd_rank: int = 2  # PowerSGD matrix approximation rank
+    # adaptive: factor on non-critical params' local optimizer steps; None = automatic
+    # (sqrt(world size) for second-moment optimizers, 1 otherwise; see strategies.Adaptive).
+    local_step_scale: float | None = None
 
     # Drift monitor.
     drift_threshold: float = 0.08  # relative L2 distance from the last global sync
@@ -87,6 +90,8 @@ class RuntimeConfig:
         _require_positive("jitter_threshold_s", self.jitter_threshold_s)
         if self.link_mbps is not None:
             _require_positive("link_mbps", self.link_mbps)
+        if self.local_step_scale is not None:
+            _require_positive("local_step_scale", self.local_step_scale)
         if self.probe_every < 0:
             raise ValueError(f"probe_every must be >= 0, got {self.probe_every}")
         if self.critical is not None:
@@ -128,6 +133,7 @@ class RuntimeConfig:
             "probe_every": _int(e, p.ENV_PROBE_EVERY, 50),
             "fault": _str(e, p.ENV_FAULT),
             "critical": _str(e, p.ENV_CRITICAL),
+            "local_step_scale": _float_or_none(e, p.ENV_LOCAL_STEP_SCALE),
         }
         values.update(overrides)
         return cls(**values)

@@ -16,6 +16,14 @@ Per transfer the thread
 ``chunk_bytes`` changes only between steps, from values every rank agreed on (see
 ``health.LinkHealth``), never from a rank's local timing mid-step: ranks disagreeing on a
 chunk size would issue mismatched collectives and hang.
+
+A second engine can run as a *background lane* (``yield_to=foreground.wait_until_idle``): on a group
+and thread of its own, it carries traffic that is not on the step's critical path (the
+adaptive strategy's periodic parameter averages) in small chunks, and before each chunk
+waits until the foreground engine has nothing queued and the link is idle. Both pace
+through the same token bucket, so the link stays one serial resource and a step's
+gradients wait behind at most one background chunk. Waiting changes only *when* a rank
+joins a background collective, never which ones or in what order.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from workers.runtime.throttle import TokenBucket
 
 MIN_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
+# Background-lane chunks: small, so foreground gradients never wait long behind one.
+BACKGROUND_CHUNK_BYTES = 16 * 1024
 
 
 @dataclass
@@ -68,6 +78,7 @@ class CommEngine:
         chunk_bytes: int = 1024 * 1024,
         fault: FaultSpec | None = None,
         step_fn: Callable[[], int] = lambda: 0,
+        yield_to: Callable[[], None] | None = None,
     ) -> None:
         self.group = group
         self.world_size = dist.get_world_size(group)
@@ -77,10 +88,13 @@ class CommEngine:
         self.chunk_bytes = chunk_bytes
         self.fault = fault
         self._step_fn = step_fn
+        self._yield_to = yield_to
+        self._outstanding = 0  # submitted transfers whose Future is not completed yet
         self._queue: queue.SimpleQueue[_Job | _Pace | None] = queue.SimpleQueue()
         self._pending: list[_Job] = []
         # Per-step link figures (read and reset by pop_link_stats on the main thread).
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when _outstanding drops
         self._max_wait_in_collective = 0.0
         self._chunk_times: list[float] = []
         self._last_flush_submitted: float | None = None
@@ -92,8 +106,27 @@ class CommEngine:
     def submit(self, tensor: torch.Tensor, *, flush: bool) -> torch.futures.Future[torch.Tensor]:
         """Queue ``tensor`` for an in-place SUM all-reduce; the Future yields the tensor."""
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        with self._lock:
+            self._outstanding += 1
         self._queue.put(_Job(tensor, fut, flush))
         return fut
+
+    def wait_until_idle(self) -> None:
+        """Block until nothing is queued or running here and the link's paced slot ended."""
+        with self._idle:
+            while True:
+                if self._outstanding:
+                    self._idle.wait()
+                    continue
+                remaining = self.pacer.busy_for()
+                if remaining <= 0:
+                    return
+                self._idle.wait(remaining)
+
+    def _done(self, count: int) -> None:
+        with self._idle:
+            self._outstanding -= count
+            self._idle.notify_all()
 
     def pace_after(
         self,
@@ -109,6 +142,8 @@ class CommEngine:
         only enqueues (never blocks); the engine thread does the sleeping.
         """
         out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        with self._lock:
+            self._outstanding += 1
 
         def enqueue(done: torch.futures.Future[torch.Tensor]) -> None:
             self._queue.put(_Pace(done, out, started, payload_bytes, wire_bytes))
@@ -169,8 +204,16 @@ class CommEngine:
                 else:
                     for j in batch:
                         j.future.set_result(j.tensor)
+                finally:
+                    self._done(len(batch))
 
     def _finish_paced(self, job: _Pace) -> None:
+        try:
+            self._finish_paced_job(job)
+        finally:
+            self._done(1)
+
+    def _finish_paced_job(self, job: _Pace) -> None:
         try:
             value: object = job.done.value()
         except Exception as exc:
@@ -201,6 +244,8 @@ class CommEngine:
                 offset += n
 
     def _reduce_chunk(self, chunk: torch.Tensor) -> None:
+        if self._yield_to is not None:
+            self._yield_to()
         fault = self.fault
         step = self._step_fn()
         if fault is not None and fault.delay_s > 0 and fault.active(self.rank, step):

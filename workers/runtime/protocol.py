@@ -68,6 +68,9 @@ ENV_JITTER_THRESHOLD_S: Final = "SYNCLANE_JITTER_THRESHOLD_S"  # link_degraded t
 ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 = never
 ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
 ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (adaptive)
+# Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
+# for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
+ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"
 ENV_METRICS_RANK: Final = "SYNCLANE_METRICS_RANK"  # rank that writes metrics/link/event
 
 # Alarm kinds carried by MSG_ALARM messages (data field ``kind``).

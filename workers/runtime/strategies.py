@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as localsgd
@@ -202,11 +203,26 @@ class Adaptive(Strategy):
       half per sync while a parameter is critical, so promotion is re-evaluated as training goes.
     * **Drift**: distance of non-critical parameters from their last synced copy; above the
       threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
+    * **Background averaging**: the average of step s's snapshot travels on the background
+      lane (its own group and thread, yielding the link to the step's gradients) while the
+      next steps compute, and is applied at step s + lag: ``average - snapshot`` is added
+      to the parameters, keeping the local progress made meanwhile (as Overlap-Local-SGD).
+      ``lag`` is the number of steps the link's idle time (step time minus the critical
+      gradients' link time) needs to carry the average, at least 1 and at most H; it comes
+      from agreed figures, so every rank applies (and reclassifies) at the same step. An
+      average that is late by then is waited for.
     * **Optimizer state**: critical parameters get identical gradients, so their optimizer
       moments stay identical on all ranks. Non-critical parameters keep per-rank moments, as
       in torch's post-local-SGD: they are statistics of local gradients, and averaging them
       would double the averaging traffic. When a parameter is promoted, its optimizer state
       is averaged once (with the parameters), so critical replicas are identical from then on.
+    * **Local step scale**: a second-moment optimizer (Adam, RMSprop, ...) fed a gradient from
+      1/n of the global batch sees its noise variance n times larger, so where noise
+      dominates its second moment is n times larger and its steps sqrt(n) times shorter
+      than full sync's: the non-critical parameters learn slower (measured: most of the
+      val-loss gap). Each local step of a non-critical parameter is therefore scaled by
+      ``local_step_scale`` (default sqrt(n) for such optimizers, 1 for SGD, whose local
+      steps are already unbiased). It needs the optimizer (passed to ``wrap``).
     * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
     """
 
@@ -219,19 +235,21 @@ class Adaptive(Strategy):
         config: RuntimeConfig,
         reporter: Reporter | None,
         optimizer: torch.optim.Optimizer | None,
+        background: CommEngine | None = None,
     ) -> None:
         super().__init__(engine=engine, config=config)
         self.reporter = reporter
         self.optimizer = optimizer
+        self.background = background or engine
+        self.step_scale = local_step_scale(config, optimizer, self.world_size)
+        self._before_step: list[torch.Tensor] | None = None
         self.drift = DriftMonitor(threshold=config.drift_threshold, reporter=reporter)
         self.period = config.sync_period
         self.last_sync_step = 0
         self.loss0: float | None = None
         self.loss_ema: float | None = None
         self.scores: dict[str, float] = {}
-        self._pending: tuple[torch.futures.Future[torch.Tensor], torch.Tensor, list[str]] | None = (
-            None
-        )
+        self._pending: _PendingAverage | None = None
 
     def register(self, ddp: DistributedDataParallel) -> None:
         self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
@@ -242,6 +260,8 @@ class Adaptive(Strategy):
         self.state = SelectiveState(engine=self.engine, critical=self._ids(self.critical_names))
         ddp.register_comm_hook(self.state, selective_hook)
         self._snapshot()
+        if self.optimizer is not None and self.step_scale != 1.0:
+            self.optimizer.register_step_pre_hook(lambda *_: self._remember_noncritical())
 
     # ------------------------------------------------------------ per step
 
@@ -250,7 +270,9 @@ class Adaptive(Strategy):
         return value
 
     def prepare(self, step: int) -> None:
-        self._apply_pending()
+        self._scale_local_step()
+        if self._pending is not None and step >= self._pending.apply_at:
+            self._apply_pending()
 
     def local_drift(self) -> float:
         if self.state.sync_all or not self.noncritical:
@@ -278,8 +300,9 @@ class Adaptive(Strategy):
             losses=losses,
         )
         if enhancing or step - self.last_sync_step >= self.period:
-            self._launch_sync(step)
+            self._apply_pending()  # a new average starts from the last one (rarely waits)
             self._adapt_period(table)
+            self._launch_sync(step, lag=1 if enhancing else self._lag(table))
         return self._figures()
 
     def synchronize(self) -> None:
@@ -301,13 +324,43 @@ class Adaptive(Strategy):
         self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
         self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
 
-    def _launch_sync(self, step: int) -> None:
-        """Start averaging non-critical params (+ their movement scores); apply next step.
+    def _remember_noncritical(self) -> None:
+        """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
+        if self.state.sync_all:
+            self._before_step = None
+            return
+        self._before_step = [q.detach().clone() for q in self.noncritical_params()]
 
-        The average of this step's snapshot travels while the next step computes (overlap,
-        as in Overlap-Local-SGD); ``_apply_pending`` then adds ``average - snapshot`` to the
-        parameters, keeping the one step of local progress made meanwhile. The engine is
-        FIFO, so the next step's critical gradients queue behind it on the (emulated) link.
+    def _scale_local_step(self) -> None:
+        """Scale the step the optimizer just took on each non-critical parameter."""
+        before, self._before_step = self._before_step, None
+        if before is None:
+            return
+        with torch.no_grad():
+            for q, old in zip(self.noncritical_params(), before, strict=True):
+                q.sub_(old).mul_(self.step_scale).add_(old)
+
+    def _lag(self, table: torch.Tensor) -> int:
+        """Steps the average may travel before it is applied (see the class docstring)."""
+        rates = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
+        step_time = max(table[:, COL["step_time_s"]].tolist())
+        if not rates or step_time <= 0:
+            return 1
+        rate = min(rates)
+        nc_bytes = sum(
+            self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical
+        )
+        c_bytes = self.total_bytes - nc_bytes
+        average_s = ring_allreduce_wire_bytes(nc_bytes, self.world_size) / rate
+        idle_s = step_time - ring_allreduce_wire_bytes(c_bytes, self.world_size) / rate
+        if idle_s <= 0:
+            return self.period
+        return int(min(self.period, max(1, math.ceil(1.25 * average_s / idle_s))))
+
+    def _launch_sync(self, step: int, *, lag: int) -> None:
+        """Start averaging non-critical params (+ their movement scores) on the background lane.
+
+        Applied at step ``step + lag`` by ``_apply_pending`` (see the class docstring).
         """
         names = list(self.noncritical)
         params = self.noncritical_params()
@@ -322,13 +375,14 @@ class Adaptive(Strategy):
             dtype=snapshot.dtype,
         )
         flat = torch.cat([snapshot, moved]).div_(self.world_size)
-        self._pending = (self.engine.submit(flat, flush=True), snapshot, names)
+        fut = self.background.submit(flat, flush=True)
+        self._pending = _PendingAverage(fut, snapshot, names, apply_at=step + lag)
         self.last_sync_step = step
 
     def _apply_pending(self) -> None:
         if self._pending is None:
             return
-        fut, snapshot, names = self._pending
+        fut, snapshot, names = self._pending.future, self._pending.snapshot, self._pending.names
         self._pending = None
         reduced = fut.wait()
         n = snapshot.numel()
@@ -418,6 +472,37 @@ class Adaptive(Strategy):
         }
 
 
+class _PendingAverage(NamedTuple):
+    future: torch.futures.Future[torch.Tensor]
+    snapshot: torch.Tensor
+    names: list[str]
+    apply_at: int
+
+
+# Optimizers that divide by a running second moment of the gradient (or its sum/max).
+_SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
+    torch.optim.Adam,
+    torch.optim.AdamW,
+    torch.optim.Adamax,
+    torch.optim.NAdam,
+    torch.optim.RAdam,
+    torch.optim.RMSprop,
+    torch.optim.Adagrad,
+    torch.optim.Adadelta,
+)
+
+
+def local_step_scale(
+    config: RuntimeConfig, optimizer: torch.optim.Optimizer | None, world_size: int
+) -> float:
+    """The factor on non-critical local steps: the configured one, else sqrt(n) or 1."""
+    if config.local_step_scale is not None:
+        return config.local_step_scale
+    if isinstance(optimizer, _SECOND_MOMENT_OPTIMIZERS):
+        return math.sqrt(world_size)
+    return 1.0
+
+
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in tensors]) if tensors else torch.zeros(0)
 
@@ -441,10 +526,17 @@ def build(
     config: RuntimeConfig,
     reporter: Reporter | None,
     optimizer: torch.optim.Optimizer | None,
+    background: CommEngine | None = None,
 ) -> Strategy:
-    """Return the strategy ``config.sync`` names."""
+    """Return the strategy ``config.sync`` names (``background``: adaptive's averaging lane)."""
     if config.sync == p.SYNC_ADAPTIVE:
-        return Adaptive(engine=engine, config=config, reporter=reporter, optimizer=optimizer)
+        return Adaptive(
+            engine=engine,
+            config=config,
+            reporter=reporter,
+            optimizer=optimizer,
+            background=background,
+        )
     classes: dict[str, type[Strategy]] = {
         p.SYNC_FULL: Full,
         p.SYNC_POWERSGD: PowerSGD,

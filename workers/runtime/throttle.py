@@ -53,6 +53,11 @@ class TokenBucket:
         """Return the current rate in bytes/s (None: unlimited)."""
         return self._rate_fn()
 
+    def busy_for(self) -> float:
+        """Return the seconds until the link's last granted slot ends (0: idle now)."""
+        with self._lock:
+            return max(0.0, self._free_at - self._clock())
+
     def acquire(self, nbytes: int, *, started: float | None = None) -> float:
         """Block until ``nbytes`` would have crossed the link; return the seconds waited.
 

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
-from workers.runtime.engine import CommEngine
+from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, CommEngine
 from workers.runtime.faults import FaultSpec
 from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
@@ -51,6 +51,7 @@ class SyncSession:
         table_group: dist.ProcessGroup,
         reporter: Reporter | None,
         allocation: AllocationClient | None,
+        background_group: dist.ProcessGroup | None = None,
     ) -> None:
         self.config = config
         self.reporter = reporter
@@ -77,6 +78,21 @@ class SyncSession:
             fault=self.fault,
             step_fn=lambda: self.step + 1,  # collectives during step s+1's backward
         )
+        # The background lane (adaptive's periodic averages): own group, thread and stats,
+        # same link; it yields to the step's gradients.
+        self.background_stats = CommStats()
+        self.background: CommEngine | None = None
+        if background_group is not None:
+            self.background = CommEngine(
+                group=background_group,
+                pacer=self.pacer,
+                stats=self.background_stats,
+                rank=self.rank,
+                chunk_bytes=BACKGROUND_CHUNK_BYTES,
+                fault=self.fault,
+                step_fn=lambda: self.step + 1,
+                yield_to=self.engine.wait_until_idle,
+            )
         self.health = LinkHealth(
             engine=self.engine, threshold_s=config.jitter_threshold_s, reporter=reporter
         )
@@ -154,6 +170,10 @@ class SyncSession:
         ``critical_fraction``, ``sync_enhanced``).
         """
         out = self.stats.pop()
+        # Background bytes count (they crossed the link); their time is off the step's path.
+        background = self.background_stats.pop()
+        for key in ("bytes_sent", "payload_bytes", "collectives"):
+            out[key] += background[key]
         busy = out["comm_busy_s"]
         out["busbw_bps"] = out["bytes_sent"] * 8 / busy if busy > 0 else 0.0
         out.update(self.figures)
@@ -168,6 +188,8 @@ class SyncSession:
         if self._closed:
             return
         self._closed = True
+        if self.background is not None:
+            self.background.close()
         self.engine.close()
         if self.allocation is not None:
             self.allocation.close()
@@ -244,6 +266,7 @@ def wrap(
     # thread's (STACK-NOTES 3). new_group is collective; every rank calls wrap().
     group = dist.new_group(ranks=ranks)
     table_group = dist.new_group(ranks=ranks)
+    background_group = dist.new_group(ranks=ranks) if cfg.sync == p.SYNC_ADAPTIVE else None
     if reporter is None:
         reporter = Reporter.from_env(cfg)
     if allocation is None:
@@ -254,10 +277,19 @@ def wrap(
     }
     ddp = SynclaneDDP(model, **ddp_kwargs)
     session = SyncSession(
-        config=cfg, group=group, table_group=table_group, reporter=reporter, allocation=allocation
+        config=cfg,
+        group=group,
+        table_group=table_group,
+        reporter=reporter,
+        allocation=allocation,
+        background_group=background_group,
     )
     session.strategy = build(
-        engine=session.engine, config=cfg, reporter=reporter, optimizer=optimizer
+        engine=session.engine,
+        background=session.background,
+        config=cfg,
+        reporter=reporter,
+        optimizer=optimizer,
     )
     session.strategy.register(ddp)
     ddp.session = session
