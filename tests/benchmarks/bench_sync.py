@@ -1,13 +1,15 @@
 """Benchmark the sync strategies on tiny_gpt over an emulated slow link.
 
     .venv/bin/python tests/benchmarks/bench_sync.py            # full: 2 and 4 ranks, 100 Mbit/s
-                                                               # and 1 Gbit/s, 3 seeds (~25 min)
+                                                               # and 1 Gbit/s, 3 seeds (~35 min)
     .venv/bin/python tests/benchmarks/bench_sync.py --quick    # 2 and 4 ranks, 100 Mbit/s, 1 seed (<5 min)
 
 Each run is a real ``torchrun`` of ``workers.workloads.tiny_gpt`` (gloo, one thread per
 rank) with ``SYNCLANE_LINK_MBPS`` set, so the runtime's throttle paces every rank's wire
 bytes (ring all-reduce accounting, 2(n-1)/n * S) to the emulated link. Same step budget for
-every strategy; ``none`` (no communication at all) is the ceiling. Writes a list of rows
+every strategy; ``none`` (no communication at all) is the ceiling. At 100 Mbit/s two
+variants run too (``VARIANTS``): ``full-64k`` (full with adaptive's 64 KB buckets, so its
+gradients also leave during backward) and ``adaptive-scored`` (nothing critical by name). Writes a list of rows
 ``{strategy, world_size, link_mbps, seed, steps, samples_per_s, val_loss, bytes_per_step,
 busbw_utilisation}`` to ``bench-results/sync.json`` and prints a table averaged over seeds.
 
@@ -32,6 +34,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 STRATEGIES = ("full", "adaptive", "powersgd", "localsgd", "none")
+# Variants: a strategy with one setting changed, to show what a mechanism is worth.
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    # full with adaptive's small buckets: gradients leave while backward still computes.
+    "full-64k": ("full", {"SYNCLANE_BUCKET_CAP_MB": "0.0625"}),
+    # adaptive with no parameter critical by name: only score-promoted ones every step.
+    "adaptive-scored": ("adaptive", {"SYNCLANE_CRITICAL": "(?!x)x"}),
+}
+ORDER = (*STRATEGIES[:2], *VARIANTS, *STRATEGIES[2:])
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,17 +54,22 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}; '' for none"
+    )
+    ap.add_argument("--variant-links", default="100", help="links at which variants run")
     ap.add_argument("--out", default=str(REPO / "bench-results" / "sync.json"))
     ap.add_argument(
         "--report", metavar="JSON", help="only print the table of an earlier run's rows"
     )
     args = ap.parse_args()
     if args.quick:
-        args.links, args.seeds, args.steps = "100", "0", 150
+        args.links, args.seeds, args.steps, args.variants = "100", "0", 150, ""
     return args
 
 
 def run_one(*, strategy: str, world: int, link: float, seed: int, steps: int) -> dict[str, Any]:
+    sync, settings = VARIANTS.get(strategy, (strategy, {}))
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
         env.update(
@@ -64,12 +79,13 @@ def run_one(*, strategy: str, world: int, link: float, seed: int, steps: int) ->
             SYNCLANE_LINK_MBPS=str(link),
             SYNCLANE_PROBE_EVERY="0",  # probes off: every strategy pays the same (nothing)
             PYTHONPATH=str(REPO),
+            **settings,
         )
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(world), "-m", "workers.workloads.tiny_gpt",
             "--steps", str(steps), "--checkpoint-every", "0", "--eval-every", "0",
-            "--log-every", str(steps), "--seed", str(seed), "--sync", strategy, "--run-dir", tmp,
+            "--log-every", str(steps), "--seed", str(seed), "--sync", sync, "--run-dir", tmp,
         ]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
         if proc.returncode != 0:
@@ -101,7 +117,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{'val_loss':>9} {'gap':>8} {'KB/step':>8} {'link ms':>8} {'busbw':>6} {'seeds':>5}"
     ]
     for (world, link, strategy), group in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], STRATEGIES.index(kv[0][2]))
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))
     ):
         sps = statistics.mean(r["samples_per_s"] for r in group)
         loss = statistics.mean(r["val_loss"] for r in group)
@@ -129,13 +145,16 @@ def main() -> int:
     links = [float(x) for x in args.links.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     strategies = args.strategies.split(",")
+    variants = [v for v in args.variants.split(",") if v]
+    variant_links = {float(x) for x in args.variant_links.split(",") if x}
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     # Strategies innermost: on a shared machine, background load then spreads over all of them.
     for world in worlds:
         for link in links:
             for seed in seeds:
-                for strategy in strategies:
+                runs = strategies + (variants if link in variant_links else [])
+                for strategy in runs:
                     row = run_one(
                         strategy=strategy, world=world, link=link, seed=seed, steps=args.steps
                     )

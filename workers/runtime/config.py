@@ -41,7 +41,9 @@ class RuntimeConfig:
     )
     sync_period: int = 8  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 32  # upper bound of H (the allocation bound stops here)
-    bucket_cap_mb: float = 1.0  # DDP bucket size (fusion of small tensors into buckets)
+    # DDP bucket size (fusion of small tensors into buckets); None: the strategy's default,
+    # 1 MB, or 64 KB for adaptive, whose critical slices then leave during backward.
+    bucket_cap_mb: float | None = None
     chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start
     powersgd_rank: int = 2  # PowerSGD matrix approximation rank
@@ -81,7 +83,8 @@ class RuntimeConfig:
             raise ValueError(
                 f"need 1 <= sync_period <= max_sync_period, got {self.sync_period}, {self.max_sync_period}"
             )
-        _require_positive("bucket_cap_mb", self.bucket_cap_mb)
+        if self.bucket_cap_mb is not None:
+            _require_positive("bucket_cap_mb", self.bucket_cap_mb)
         if self.chunk_kb < 64:
             raise ValueError(f"chunk_kb must be >= 64, got {self.chunk_kb}")
         if self.warmup_steps < 0 or self.powersgd_rank < 1:
@@ -134,6 +137,7 @@ class RuntimeConfig:
             "fault": _str(e, p.ENV_FAULT),
             "critical": _str(e, p.ENV_CRITICAL),
             "local_step_scale": _float_or_none(e, p.ENV_LOCAL_STEP_SCALE),
+            "bucket_cap_mb": _float_or_none(e, p.ENV_BUCKET_CAP_MB),
         }
         values.update(overrides)
         return cls(**values)

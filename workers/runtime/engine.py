@@ -7,8 +7,9 @@ this thread completes later, so the autograd thread never blocks and callbacks n
 
 Per transfer the thread
   1. fuses small buckets and splits large ones into chunks of ``chunk_bytes`` (fusion waits
-     for the next bucket until the chunk is full or DDP says the bucket is the last one, a
-     rule that depends only on bucket sizes, so every rank issues the same collectives),
+     for the next bucket until ``fuse_bytes`` are pending or DDP says the bucket is the last
+     one, so a bucket of useful size leaves while backward computes the next one; a rule that depends only on bucket sizes, so every rank issues
+     the same collectives),
   2. applies the fault injector's extra delay when a fault is active on this rank,
   3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG),
   4. paces: sleeps until a link of the throttle's rate would have delivered the wire bytes.
@@ -44,6 +45,8 @@ from workers.runtime.throttle import TokenBucket
 
 MIN_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
+# Pending buckets leave once this many bytes are pending (fusion of small buckets only).
+FUSE_BYTES = 32 * 1024
 # Background-lane chunks: small, so foreground gradients never wait long behind one.
 BACKGROUND_CHUNK_BYTES = 16 * 1024
 
@@ -79,6 +82,7 @@ class CommEngine:
         fault: FaultSpec | None = None,
         step_fn: Callable[[], int] = lambda: 0,
         yield_to: Callable[[], None] | None = None,
+        fuse_bytes: int = FUSE_BYTES,
     ) -> None:
         self.group = group
         self.world_size = dist.get_world_size(group)
@@ -86,6 +90,7 @@ class CommEngine:
         self.stats = stats
         self.rank = rank
         self.chunk_bytes = chunk_bytes
+        self.fuse_bytes = fuse_bytes
         self.fault = fault
         self._step_fn = step_fn
         self._yield_to = yield_to
@@ -191,7 +196,7 @@ class CommEngine:
                 continue
             self._pending.append(job)
             size = sum(j.tensor.numel() * j.tensor.element_size() for j in self._pending)
-            if job.flush or size >= self.chunk_bytes:
+            if job.flush or size >= min(self.fuse_bytes, self.chunk_bytes):
                 if job.flush:
                     with self._lock:
                         self._last_flush_submitted = job.submitted

@@ -71,6 +71,7 @@ ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (
 # Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
 ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"
+ENV_BUCKET_CAP_MB: Final = "SYNCLANE_BUCKET_CAP_MB"  # DDP bucket size; unset: strategy default
 ENV_METRICS_RANK: Final = "SYNCLANE_METRICS_RANK"  # rank that writes metrics/link/event
 
 # Alarm kinds carried by MSG_ALARM messages (data field ``kind``).

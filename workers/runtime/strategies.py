@@ -43,6 +43,11 @@ CRITICAL_NAME = re.compile(
     r"(^|\.)(attn|attention|self_attn)(\.|$)|(q_proj|k_proj|v_proj|out_proj|qkv)"
 )
 
+# Adaptive sends each layer's critical slices while backward computes the layers below,
+# so it defaults to small DDP buckets (the engine sends them as they come, see FUSE_BYTES).
+ADAPTIVE_BUCKET_CAP_MB = 0.0625
+DEFAULT_BUCKET_CAP_MB = 1.0
+
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
@@ -490,6 +495,13 @@ _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adagrad,
     torch.optim.Adadelta,
 )
+
+
+def bucket_cap_mb(config: RuntimeConfig) -> float:
+    """DDP's bucket size for ``config``: the configured one, else the strategy's default."""
+    if config.bucket_cap_mb is not None:
+        return config.bucket_cap_mb
+    return ADAPTIVE_BUCKET_CAP_MB if config.sync == p.SYNC_ADAPTIVE else DEFAULT_BUCKET_CAP_MB
 
 
 def local_step_scale(

@@ -34,7 +34,13 @@ from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
 from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
-from workers.runtime.strategies import COL, COLUMNS, Strategy, build
+from workers.runtime.strategies import (
+    COL,
+    COLUMNS,
+    Strategy,
+    bucket_cap_mb,
+    build,
+)
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 __all__ = ["LinkFailure", "SyncSession", "SynclaneDDP", "wrap"]
@@ -273,7 +279,7 @@ def wrap(
         allocation = AllocationClient.from_env(cfg).start()
     ddp_kwargs: dict[str, Any] = {
         "process_group": process_group,
-        "bucket_cap_mb": cfg.bucket_cap_mb,
+        "bucket_cap_mb": bucket_cap_mb(cfg),
     }
     ddp = SynclaneDDP(model, **ddp_kwargs)
     session = SyncSession(
