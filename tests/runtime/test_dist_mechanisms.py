@@ -118,6 +118,21 @@ def test_background_averages_yield_the_link_to_gradients(tmp_path: Path) -> None
     assert result["foreground_s"] < 0.5 * result["background_s"], result
 
 
+def test_adaptive_syncs_everything_while_the_link_is_cheap(tmp_path: Path) -> None:
+    steps = run_check("fast_link", tmp_path)["steps"]
+    full_bytes = steps[0]["bytes"]  # warm-up step: every gradient
+    # Slow steps (1-8): fast-link mode from the end of warm-up; every gradient every step,
+    # replicas identical throughout.
+    fast = steps[3:8]
+    assert all(s["fast_link"] == 1.0 for s in fast), steps
+    assert all(s["bytes"] >= full_bytes for s in fast), steps
+    assert all(s["replicas_equal"] for s in steps[:8])
+    # Quick steps (9-16): the link is no longer cheap; selective sync with fewer bytes.
+    selective = steps[11:]
+    assert all(s["fast_link"] == 0.0 for s in selective), steps
+    assert all(s["bytes"] < 0.6 * full_bytes for s in selective[1:]), steps
+
+
 def test_the_throttle_holds_three_rates_and_follows_a_live_allocation(
     tmp_path: Path, redis_url: str
 ) -> None:

@@ -48,6 +48,11 @@ CRITICAL_NAME = re.compile(
 ADAPTIVE_BUCKET_CAP_MB = 0.0625
 DEFAULT_BUCKET_CAP_MB = 1.0
 
+# Fast-link mode: sync everything while full sync's link time is below this share of a
+# step, back to selective sync above the second (hysteresis against flapping).
+FULL_SYNC_BELOW = 0.2
+SELECTIVE_ABOVE = 0.3
+
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
@@ -229,6 +234,12 @@ class Adaptive(Strategy):
       ``local_step_scale`` (default sqrt(n) for such optimizers, 1 for SGD, whose local
       steps are already unbiased). It needs the optimizer (passed to ``wrap``).
     * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
+    * **Fast link**: while full sync's link time (all gradient bytes at the agreed rate) is
+      under ``FULL_SYNC_BELOW`` of the step time, selective sync would save little and cost
+      its bookkeeping and some loss, so everything is averaged every step (parameters and
+      optimizer moments are averaged once on entry); selective sync resumes above
+      ``SELECTIVE_ABOVE``. With no known rate (no emulated link, no allocation) selective
+      sync stays on.
     """
 
     name = p.SYNC_ADAPTIVE
@@ -248,6 +259,7 @@ class Adaptive(Strategy):
         self.background = background or engine
         self.step_scale = local_step_scale(config, optimizer, self.world_size)
         self._before_step: list[torch.Tensor] | None = None
+        self.fast_link = False  # syncing everything because the link is fast (see after_step)
         self.drift = DriftMonitor(threshold=config.drift_threshold, reporter=reporter)
         self.period = config.sync_period
         self.last_sync_step = 0
@@ -292,11 +304,31 @@ class Adaptive(Strategy):
             self.loss_ema = mean if self.loss_ema is None else 0.8 * self.loss_ema + 0.2 * mean
         if step < self.config.warmup_steps:
             return self._figures()
-        if self.state.sync_all:  # warm-up ends: replicas are identical, start selective sync
-            self.state.sync_all = False
-            self.loss0 = self.loss_ema
+        share = self._full_sync_share(table)
+        if self.state.sync_all:
+            if self.fast_link and share is not None and share < SELECTIVE_ABOVE:
+                # The link is still cheap: keep syncing everything (drift is 0; an alarm
+                # raised before can clear).
+                self.drift.update(
+                    step=step,
+                    drifts=table[:, COL["drift"]].tolist(),
+                    grad_norms=table[:, COL["grad_norm"]].tolist(),
+                    losses=losses,
+                )
+                return self._figures()
+            # Warm-up (or fast-link mode) ends: replicas are identical, start selective sync.
+            self.state.sync_all = self.fast_link = False
+            self.loss0 = self.loss0 or self.loss_ema
             self.last_sync_step = step
             self._snapshot()
+            return self._figures()
+        if share is not None and share < FULL_SYNC_BELOW:
+            # Full sync costs little on this link now: selective sync would buy nothing.
+            # Make replicas and their optimizer moments identical, then sync everything.
+            self._apply_pending()
+            self._average_optimizer_state({n for n, _ in self.named})
+            self._snapshot()
+            self.state.sync_all = self.fast_link = True
             return self._figures()
         enhancing = self.drift.update(
             step=step,
@@ -328,6 +360,15 @@ class Adaptive(Strategy):
         """Take the current parameters as the last globally synced copy."""
         self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
         self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
+
+    def _full_sync_share(self, table: torch.Tensor) -> float | None:
+        """Full sync's link time as a share of the step time (None: link rate unknown)."""
+        rates: list[float] = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
+        step_time: float = max(table[:, COL["step_time_s"]].tolist())
+        if not rates or step_time <= 0:
+            return None
+        wire = ring_allreduce_wire_bytes(self.total_bytes, self.world_size)
+        return wire / min(rates) / step_time
 
     def _remember_noncritical(self) -> None:
         """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
@@ -466,14 +507,16 @@ class Adaptive(Strategy):
         self.period = int(min(self.config.max_sync_period, max(1, ada, bound)))
 
     def _figures(self) -> dict[str, float]:
-        critical = sum(q.numel() for n, q in self.named if n in self.critical_names)
+        everything = self.state.sync_all
+        critical = sum(q.numel() for n, q in self.named if everything or n in self.critical_names)
         return {
-            "sync_period": float(1 if self.drift.enhancing else self.period),
+            "sync_period": float(1 if self.drift.enhancing or everything else self.period),
             "drift": self.drift.last_drift,
             "grad_norm_var": self.drift.grad_norm_var,
             "loss_descent_rate": self.drift.loss_rate,
             "critical_fraction": critical / max(1, sum(q.numel() for _, q in self.named)),
             "sync_enhanced": float(self.drift.enhancing),
+            "fast_link": float(self.fast_link),
         }
 
 

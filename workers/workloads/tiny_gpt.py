@@ -55,6 +55,7 @@ REPORTED_FIGURES = (
     "loss_descent_rate",
     "critical_fraction",
     "sync_enhanced",
+    "fast_link",
 )
 
 
