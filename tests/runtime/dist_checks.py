@@ -220,10 +220,13 @@ def check_throttle() -> dict[str, Any]:
 def achieved_bps(engine: CommEngine, tensor: torch.Tensor, *, count: int) -> float:
     dist.barrier()
     engine.allreduce(tensor.clone())  # settle the bucket: measure steady state
+    # Queue every transfer up front, as a step's buckets are: the rate is then the pacer's,
+    # not this loop's hand-off latency between one transfer's end and the next submit.
     start_bytes = engine.pacer.granted_bytes
     t0 = time.perf_counter()
-    for _ in range(count):
-        engine.allreduce(tensor.clone())
+    futures = [engine.submit(tensor.clone(), flush=True) for _ in range(count)]
+    for fut in futures:
+        fut.wait()
     elapsed = time.perf_counter() - t0
     return (engine.pacer.granted_bytes - start_bytes) * 8 / elapsed
 
