@@ -319,6 +319,7 @@ def check_local_step_scale() -> dict[str, Any]:
     (sqrt(2) with AdamW, chosen automatically) on non-critical ones.
     """
     deltas: dict[str, dict[str, torch.Tensor]] = {}
+    scales: dict[str, float] = {}
     for name, scale in (("auto", None), ("unscaled", 1.0)):
         model, opt = wrapped(
             base_cfg(sync="adaptive", warmup_steps=1, drift_threshold=10.0, local_step_scale=scale)
@@ -327,14 +328,14 @@ def check_local_step_scale() -> dict[str, Any]:
         before = {n: q.detach().clone() for n, q in model.module.named_parameters()}
         train_one(model, opt, 2)
         deltas[name] = {n: q.detach() - before[n] for n, q in model.module.named_parameters()}
-        deltas[name + "_scale"] = model.session.strategy.step_scale  # type: ignore[assignment]
+        scales[name] = model.session.strategy.step_scale  # type: ignore[attr-defined]
         model.session.close()
     auto, unscaled = deltas["auto"], deltas["unscaled"]
     ratios = {
         n: float(auto[n].norm() / unscaled[n].norm()) for n in auto if not n.startswith("attn.")
     }
     return {
-        "scale": deltas["auto_scale"],
+        "scale": scales["auto"],
         "critical_equal": all(
             torch.equal(auto[n], unscaled[n]) for n in auto if n.startswith("attn.")
         ),

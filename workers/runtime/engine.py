@@ -8,8 +8,8 @@ this thread completes later, so the autograd thread never blocks and callbacks n
 Per transfer the thread
   1. fuses small buckets and splits large ones into chunks of ``chunk_bytes`` (fusion waits
      for the next bucket until ``fuse_bytes`` are pending or DDP says the bucket is the last
-     one, so a bucket of useful size leaves while backward computes the next one; a rule that depends only on bucket sizes, so every rank issues
-     the same collectives),
+     one, so a bucket of useful size leaves while backward computes the next; the rule
+     depends only on bucket sizes, so every rank issues the same collectives),
   2. applies the fault injector's extra delay when a fault is active on this rank,
   3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG),
   4. paces: sleeps until a link of the throttle's rate would have delivered the wire bytes.
@@ -18,8 +18,8 @@ Per transfer the thread
 ``health.LinkHealth``), never from a rank's local timing mid-step: ranks disagreeing on a
 chunk size would issue mismatched collectives and hang.
 
-A second engine can run as a *background lane* (``yield_to=foreground.wait_until_idle``): on a group
-and thread of its own, it carries traffic that is not on the step's critical path (the
+A second engine can run as a *background lane* (``yield_to=foreground.wait_until_idle``):
+on a group and thread of its own, it carries traffic that is not on the step's critical path (the
 adaptive strategy's periodic parameter averages) in small chunks, and before each chunk
 waits until the foreground engine has nothing queued and the link is idle. Both pace
 through the same token bucket, so the link stays one serial resource and a step's

@@ -361,14 +361,29 @@ class Adaptive(Strategy):
         self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
         self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
 
-    def _full_sync_share(self, table: torch.Tensor) -> float | None:
-        """Full sync's link time as a share of the step time (None: link rate unknown)."""
+    def _link_seconds(self, table: torch.Tensor) -> _LinkSeconds | None:
+        """Link times from the agreed table (slowest rank's rate and step; None: no rate)."""
         rates: list[float] = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
         step_time: float = max(table[:, COL["step_time_s"]].tolist())
         if not rates or step_time <= 0:
             return None
-        wire = ring_allreduce_wire_bytes(self.total_bytes, self.world_size)
-        return wire / min(rates) / step_time
+        rate = min(rates)
+        noncritical = ring_allreduce_wire_bytes(self._noncritical_bytes(), self.world_size)
+        everything = ring_allreduce_wire_bytes(self.total_bytes, self.world_size)
+        return _LinkSeconds(
+            step=step_time,
+            full_sync=everything / rate,
+            noncritical=noncritical / rate,
+            critical=(everything - noncritical) / rate,
+        )
+
+    def _noncritical_bytes(self) -> int:
+        return sum(self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical)
+
+    def _full_sync_share(self, table: torch.Tensor) -> float | None:
+        """Full sync's link time as a share of the step time (None: link rate unknown)."""
+        link = self._link_seconds(table)
+        return None if link is None else link.full_sync / link.step
 
     def _remember_noncritical(self) -> None:
         """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
@@ -388,20 +403,13 @@ class Adaptive(Strategy):
 
     def _lag(self, table: torch.Tensor) -> int:
         """Steps the average may travel before it is applied (see the class docstring)."""
-        rates = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
-        step_time = max(table[:, COL["step_time_s"]].tolist())
-        if not rates or step_time <= 0:
+        link = self._link_seconds(table)
+        if link is None:
             return 1
-        rate = min(rates)
-        nc_bytes = sum(
-            self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical
-        )
-        c_bytes = self.total_bytes - nc_bytes
-        average_s = ring_allreduce_wire_bytes(nc_bytes, self.world_size) / rate
-        idle_s = step_time - ring_allreduce_wire_bytes(c_bytes, self.world_size) / rate
+        idle_s = link.step - link.critical
         if idle_s <= 0:
             return self.period
-        return int(min(self.period, max(1, math.ceil(1.25 * average_s / idle_s))))
+        return int(min(self.period, max(1, math.ceil(1.25 * link.noncritical / idle_s))))
 
     def _launch_sync(self, step: int, *, lag: int) -> None:
         """Start averaging non-critical params (+ their movement scores) on the background lane.
@@ -495,15 +503,10 @@ class Adaptive(Strategy):
         ada = h0
         if self.loss0 and self.loss_ema is not None and self.loss0 > 0:
             ada = math.ceil(h0 * math.sqrt(max(self.loss_ema, 0.0) / self.loss0))
-        rates = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
-        step_time = max(table[:, COL["step_time_s"]].tolist())
+        link = self._link_seconds(table)
         bound = 1
-        if rates and step_time > 0:
-            nc_bytes = sum(
-                self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical
-            )
-            wire = ring_allreduce_wire_bytes(nc_bytes, self.world_size)
-            bound = math.ceil(wire / (min(rates) * AVERAGING_BUDGET * step_time))
+        if link is not None:
+            bound = math.ceil(link.noncritical / (AVERAGING_BUDGET * link.step))
         self.period = int(min(self.config.max_sync_period, max(1, ada, bound)))
 
     def _figures(self) -> dict[str, float]:
@@ -518,6 +521,15 @@ class Adaptive(Strategy):
             "sync_enhanced": float(self.drift.enhancing),
             "fast_link": float(self.fast_link),
         }
+
+
+class _LinkSeconds(NamedTuple):
+    """Seconds on the agreed link: a step, and all / non-critical / critical parameter bytes."""
+
+    step: float
+    full_sync: float
+    noncritical: float
+    critical: float
 
 
 class _PendingAverage(NamedTuple):

@@ -34,13 +34,7 @@ from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
 from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
-from workers.runtime.strategies import (
-    COL,
-    COLUMNS,
-    Strategy,
-    bucket_cap_mb,
-    build,
-)
+from workers.runtime.strategies import COL, COLUMNS, Strategy, bucket_cap_mb, build
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 __all__ = ["LinkFailure", "SyncSession", "SynclaneDDP", "wrap"]
