@@ -369,6 +369,7 @@ def check_fast_link() -> dict[str, Any]:
             {
                 "fast_link": figures["fast_link"],
                 "bytes": figures["bytes_sent"],
+                "collectives": figures["collectives"],
                 "replicas_equal": all(torch.equal(gathered[0], g) for g in gathered),
             }
         )
@@ -418,6 +419,50 @@ def check_background_lane() -> dict[str, Any]:
     return out
 
 
+def check_promotion() -> dict[str, Any]:
+    """Score-based promotion: which parameters are critical at each step, and are they equal.
+
+    Adaptive syncs non-critical parameters every 2 steps; a parameter that moves more than
+    ``PROMOTION_THRESHOLD`` of the drift threshold between syncs is promoted if it fits the
+    byte budget (Net: the biases and ``head.weight``; ``embed.weight`` and ``mlp.weight``
+    are too large). From step 25 the learning rate is 0: nothing moves, so the promoted
+    parameters are demoted.
+    """
+    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=2, sync_period=2))
+    strategy = model.session.strategy
+    averaged = []
+    average_state = strategy._average_optimizer_state  # type: ignore[attr-defined]
+
+    def counting(names: set[str]) -> None:
+        averaged.append(sorted(names))
+        average_state(names)
+
+    strategy._average_optimizer_state = counting  # type: ignore[attr-defined]
+    steps = []
+    for step in range(1, 41):
+        if step == 25:
+            for group in opt.param_groups:
+                group["lr"] = 0.0
+        train_one(model, opt, step)
+        promoted = sorted(strategy.critical_names - strategy.base_critical)  # type: ignore[attr-defined]
+        by_name = dict(model.module.named_parameters())
+        flat = _flat_named(by_name, promoted)
+        gathered = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        steps.append(
+            {
+                "promoted": promoted,
+                "promoted_equal": all(torch.equal(gathered[0], g) for g in gathered),
+            }
+        )
+    model.session.close()
+    return {"steps": steps, "state_averages": averaged}
+
+
+def _flat_named(by_name: dict[str, nn.Parameter], names: list[str]) -> torch.Tensor:
+    return torch.cat([by_name[n].detach().reshape(-1) for n in names] or [torch.zeros(0)])
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
     for f in (
@@ -430,6 +475,7 @@ CHECKS = {
         check_local_step_scale,
         check_background_lane,
         check_fast_link,
+        check_promotion,
     )
 }
 

@@ -126,11 +126,33 @@ def test_adaptive_syncs_everything_while_the_link_is_cheap(tmp_path: Path) -> No
     fast = steps[3:8]
     assert all(s["fast_link"] == 1.0 for s in fast), steps
     assert all(s["bytes"] >= full_bytes for s in fast), steps
+    # ... fused as full's buckets are: one gradient collective (+ the agreed table), not
+    # one per small adaptive bucket.
+    assert all(s["collectives"] == 2 for s in fast), steps
     assert all(s["replicas_equal"] for s in steps[:8])
     # Quick steps (9-16): the link is no longer cheap; selective sync with fewer bytes.
     selective = steps[11:]
     assert all(s["fast_link"] == 0.0 for s in selective), steps
     assert all(s["bytes"] < 0.6 * full_bytes for s in selective[1:]), steps
+
+
+def test_promotion_by_score_is_stable_agreed_and_undone_when_a_parameter_stops_moving(
+    tmp_path: Path,
+) -> None:
+    result = run_check("promotion", tmp_path)
+    steps = result["steps"]
+    first = next(i for i, s in enumerate(steps) if s["promoted"])
+    promoted = steps[first]["promoted"]
+    # Only parameters that fit the byte budget; the large weights stay local.
+    assert set(promoted) <= {"embed.bias", "mlp.bias", "head.weight", "head.bias"}, promoted
+    # While they keep moving they stay promoted (no flapping): one promotion, one average
+    # of their optimizer state.
+    assert all(s["promoted"] == promoted for s in steps[first:24]), steps
+    assert result["state_averages"] == [promoted], result["state_averages"]
+    # Promoted parameters are synced every step: identical on every rank.
+    assert all(s["promoted_equal"] for s in steps), steps
+    # Learning rate 0 from step 25: no movement, demoted.
+    assert steps[-1]["promoted"] == [], steps
 
 
 def test_the_throttle_holds_three_rates_and_follows_a_live_allocation(

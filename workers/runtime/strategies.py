@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.drift import DriftMonitor, relative_distance
-from workers.runtime.engine import CommEngine
+from workers.runtime.engine import FUSE_BYTES, CommEngine
 from workers.runtime.hooks.adaptive import SelectiveState, selective_hook
 from workers.runtime.hooks.wrappers import (
     EngineHookState,
@@ -47,6 +47,8 @@ CRITICAL_NAME = re.compile(
 # so it defaults to small DDP buckets (the engine sends them as they come, see FUSE_BYTES).
 ADAPTIVE_BUCKET_CAP_MB = 0.0625
 DEFAULT_BUCKET_CAP_MB = 1.0
+# While adaptive averages everything, its buckets are fused up to full's bucket size.
+SYNC_ALL_FUSE_BYTES = int(DEFAULT_BUCKET_CAP_MB * 2**20)
 
 # Fast-link mode: sync everything while full sync's link time is below this share of a
 # step, back to selective sync above the second (hysteresis against flapping).
@@ -60,6 +62,12 @@ AVERAGING_BUDGET = 0.25
 PROMOTION_THRESHOLD = 0.25
 # Extra bytes, as a share of all parameter bytes, that promoted (non-attention) params may add.
 PROMOTION_BUDGET = 0.10
+# A promoted parameter is demoted only when its score falls under this share of the
+# promotion threshold (hysteresis: each promotion costs an optimizer-state average).
+DEMOTION_SHARE = 0.5
+# Margin on the steps an average is expected to travel before it is applied (one applied
+# too early is waited for; one applied later is staler, which costs loss).
+LAG_MARGIN = 1.25
 
 
 class Strategy:
@@ -209,8 +217,10 @@ class Adaptive(Strategy):
     * **Score**: at each global sync, each non-critical parameter's relative movement since
       the last sync (its update-to-weight ratio over H steps, averaged across ranks in the
       same all-reduce as the parameters) divided by its bytes. The highest-scoring ones are
-      promoted to critical while their bytes fit in ``PROMOTION_BUDGET``; scores decay by
-      half per sync while a parameter is critical, so promotion is re-evaluated as training goes.
+      promoted to critical while their bytes fit in ``PROMOTION_BUDGET``. Promoted
+      parameters' movement is averaged along too, and a promoted parameter is demoted when
+      it falls under ``DEMOTION_SHARE`` of the threshold, so promotion is re-evaluated at
+      every sync as training goes without flapping.
     * **Drift**: distance of non-critical parameters from their last synced copy; above the
       threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
     * **Background averaging**: the average of step s's snapshot travels on the background
@@ -218,9 +228,11 @@ class Adaptive(Strategy):
       next steps compute, and is applied at step s + lag: ``average - snapshot`` is added
       to the parameters, keeping the local progress made meanwhile (as Overlap-Local-SGD).
       ``lag`` is the number of steps the link's idle time (step time minus the critical
-      gradients' link time) needs to carry the average, at least 1 and at most H; it comes
-      from agreed figures, so every rank applies (and reclassifies) at the same step. An
-      average that is late by then is waited for.
+      gradients' link time) needs to carry the average, with a margin, at least 1 and at
+      most H; it comes from agreed figures, so every rank applies (and reclassifies) at the
+      same step. An average that is late by then is waited for. (Measured: applying later,
+      when the previous average had arrived, removed the waits but not the time, which the
+      saturated CPU spent elsewhere, and cost 0.3-1% val loss from staler averages.)
     * **Optimizer state**: critical parameters get identical gradients, so their optimizer
       moments stay identical on all ranks. Non-critical parameters keep per-rank moments, as
       in torch's post-local-SGD: they are statistics of local gradients, and averaging them
@@ -276,6 +288,7 @@ class Adaptive(Strategy):
         self.total_bytes = sum(q.numel() * q.element_size() for _, q in self.named)
         self.state = SelectiveState(engine=self.engine, critical=self._ids(self.critical_names))
         ddp.register_comm_hook(self.state, selective_hook)
+        self._set_sync_all(True)  # warm-up
         self._snapshot()
         if self.optimizer is not None and self.step_scale != 1.0:
             self.optimizer.register_step_pre_hook(lambda *_: self._remember_noncritical())
@@ -317,7 +330,7 @@ class Adaptive(Strategy):
                 )
                 return self._figures()
             # Warm-up (or fast-link mode) ends: replicas are identical, start selective sync.
-            self.state.sync_all = self.fast_link = False
+            self._set_sync_all(False)
             self.loss0 = self.loss0 or self.loss_ema
             self.last_sync_step = step
             self._snapshot()
@@ -328,7 +341,7 @@ class Adaptive(Strategy):
             self._apply_pending()
             self._average_optimizer_state({n for n, _ in self.named})
             self._snapshot()
-            self.state.sync_all = self.fast_link = True
+            self._set_sync_all(True, fast_link=True)
             return self._figures()
         enhancing = self.drift.update(
             step=step,
@@ -348,6 +361,19 @@ class Adaptive(Strategy):
         self._snapshot()
 
     # ------------------------------------------------------------ internals
+
+    def _set_sync_all(self, on: bool, *, fast_link: bool = False) -> None:
+        """Average every gradient every step (warm-up, fast link), or only critical ones.
+
+        While everything is averaged the engine fuses buckets up to ``full``'s bucket size:
+        the small buckets that let critical slices leave during backward would otherwise
+        cost one collective each, more than their overlap saves on a fast link (measured:
+        adaptive at 0.70x of full with 4 ranks at 1 Gbit/s before this). Called between
+        steps at the same step on every rank, so the ranks' collectives still match.
+        """
+        self.state.sync_all = on
+        self.fast_link = fast_link
+        self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES if on else FUSE_BYTES
 
     def noncritical_params(self) -> list[torch.Tensor]:
         by_name = dict(self.named)
@@ -409,7 +435,7 @@ class Adaptive(Strategy):
         idle_s = link.step - link.critical
         if idle_s <= 0:
             return self.period
-        return int(min(self.period, max(1, math.ceil(1.25 * link.noncritical / idle_s))))
+        return int(min(self.period, max(1, math.ceil(LAG_MARGIN * link.noncritical / idle_s))))
 
     def _launch_sync(self, step: int, *, lag: int) -> None:
         """Start averaging non-critical params (+ their movement scores) on the background lane.
@@ -421,23 +447,28 @@ class Adaptive(Strategy):
         if not params:
             return
         snapshot = _flat(params).clone()
+        # Scores: every non-critical parameter's movement since its last sync, and every
+        # promoted one's (critical, so synced every step, but its movement since the last
+        # global sync is what keeps it promoted). Averaged across ranks with the parameters:
+        # decisions must come from agreed figures, as replicas need not be bit-identical.
+        by_name = dict(self.named)
+        scored = names + sorted(self.critical_names - self.base_critical)
         moved = torch.tensor(
-            [
-                relative_distance(q.detach().reshape(-1), self.synced[n])
-                for n, q in zip(names, params, strict=True)
-            ],
+            [relative_distance(by_name[n].detach().reshape(-1), self.synced[n]) for n in scored],
             dtype=snapshot.dtype,
         )
+        for name in scored[len(names) :]:  # promoted: measure from now on
+            self.synced[name] = by_name[name].detach().reshape(-1).clone()
         flat = torch.cat([snapshot, moved]).div_(self.world_size)
         fut = self.background.submit(flat, flush=True)
-        self._pending = _PendingAverage(fut, snapshot, names, apply_at=step + lag)
+        self._pending = _PendingAverage(fut, snapshot, names, scored, apply_at=step + lag)
         self.last_sync_step = step
 
     def _apply_pending(self) -> None:
         if self._pending is None:
             return
-        fut, snapshot, names = self._pending.future, self._pending.snapshot, self._pending.names
-        self._pending = None
+        pending, self._pending = self._pending, None
+        fut, snapshot, names = pending.future, pending.snapshot, pending.names
         reduced = fut.wait()
         n = snapshot.numel()
         delta = reduced[:n] - snapshot
@@ -449,16 +480,18 @@ class Adaptive(Strategy):
                 q.add_(delta[offset : offset + q.numel()].view_as(q))
                 self.synced[name] = reduced[offset : offset + q.numel()].clone()
                 offset += q.numel()
-        for name, score in zip(names, reduced[n:].tolist(), strict=True):
+        for name, score in zip(pending.scored, reduced[n:].tolist(), strict=True):
             self.scores[name] = score
         self._reclassify()
         self.noncritical = [m for m, _ in self.named if m not in self.critical_names]
 
     def _reclassify(self) -> None:
-        """Promote the highest movement-per-byte parameters within the promotion budget."""
-        for name in self.critical_names - self.base_critical:
-            self.scores[name] = self.scores.get(name, 0.0) * 0.5
-            # Demoted ones are identical on all ranks: their current value is their synced copy.
+        """Promote the highest movement-per-byte parameters within the promotion budget.
+
+        A parameter is promoted when its score exceeds the promotion threshold and stays
+        promoted while it exceeds ``DEMOTION_SHARE`` of it (promotion costs an average of
+        its optimizer state, so it should not flap).
+        """
         sizes = {n: q.numel() * q.element_size() for n, q in self.named}
         budget = PROMOTION_BUDGET * self.total_bytes
         candidates = sorted(
@@ -469,7 +502,8 @@ class Adaptive(Strategy):
         promoted: set[str] = set()
         threshold = PROMOTION_THRESHOLD * self.config.drift_threshold
         for name in candidates:
-            if self.scores[name] > threshold and sizes[name] <= budget:
+            keep = DEMOTION_SHARE * threshold if name in self.critical_names else threshold
+            if self.scores[name] > keep and sizes[name] <= budget:
                 promoted.add(name)
                 budget -= sizes[name]
         new_critical = self.base_critical | promoted
@@ -535,7 +569,8 @@ class _LinkSeconds(NamedTuple):
 class _PendingAverage(NamedTuple):
     future: torch.futures.Future[torch.Tensor]
     snapshot: torch.Tensor
-    names: list[str]
+    names: list[str]  # averaged parameters, in snapshot order
+    scored: list[str]  # parameters whose movement follows the snapshot
     apply_at: int
 
 
