@@ -423,9 +423,11 @@ class Adaptive(Strategy):
         before, self._before_step = self._before_step, None
         if before is None:
             return
-        with torch.no_grad():
-            for q, old in zip(self.noncritical_params(), before, strict=True):
-                q.sub_(old).mul_(self.step_scale).add_(old)
+        params = self.noncritical_params()
+        with torch.no_grad():  # one fused call per op over all of them (was ~3 per parameter)
+            torch._foreach_sub_(params, before)
+            torch._foreach_mul_(params, self.step_scale)
+            torch._foreach_add_(params, before)
 
     def _lag(self, table: torch.Tensor) -> int:
         """Steps the average may travel before it is applied (see the class docstring)."""
