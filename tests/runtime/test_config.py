@@ -77,6 +77,8 @@ def test_a_fault_spec_applies_to_one_rank_from_a_step() -> None:
     assert fault.delay_s == 0.3
     assert [fault.active(1, s) for s in (4, 5, 7, 8)] == [False, True, True, False]
     assert not fault.active(0, 6)
+    assert fault.blip is False
+    assert FaultSpec.parse("rank=1,delay_s=0.06,blip=1").blip is True
 
 
 def test_a_fault_spec_must_do_something() -> None:

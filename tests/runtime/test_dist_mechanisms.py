@@ -217,3 +217,26 @@ def test_probes_measure_the_link_matrix_and_flag_a_slow_rank(
     assert (
         slow["state"] == "degraded" and slow["latency_s"] > 0.025
     )  # half of the RTT rank 1 delays
+    # The slow pair was probed once more and was slow again; the healthy one was not re-probed.
+    assert (healthy["reissued"], slow["reissued"]) == (False, True)
+
+
+def test_a_slow_probe_is_reissued_once_and_a_blip_does_not_mark_the_link_degraded(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    run_check(
+        "probes",
+        tmp_path,
+        SYNCLANE_REDIS_URL=redis_url,
+        SYNCLANE_JOB_ID="54",
+        SYNCLANE_FAULT="rank=1,from_step=4,delay_s=0.06,blip=1",
+    )
+    links = [
+        json.loads(f["data"])
+        for _, f in r.xrange(p.telemetry_stream("54"))
+        if f["type"] == p.MSG_LINK
+    ]
+    assert [(m["step"], m["reissued"]) for m in links] == [(2, False), (4, True)]
+    # Step 4's first probe hit the delay; its re-issue went through and counts.
+    blip = links[1]
+    assert blip["state"] == "ok" and blip["latency_s"] < 0.01, blip

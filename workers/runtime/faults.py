@@ -6,10 +6,13 @@ A spec is a comma-separated list of ``key=value`` (env ``SYNCLANE_FAULT`` or
     rank=1,from_step=5,delay_s=0.3            # rank 1 adds 0.3 s to each collective from step 5
     rank=0,from_step=0,bandwidth_factor=0.1   # rank 0's link runs at 10% of its rate
     rank=1,from_step=5,until_step=9,delay_s=0.3
+    rank=1,from_step=4,until_step=5,delay_s=0.06,blip=1   # a blip: a re-issued probe is fast
 
 Keys: ``rank`` (default 0), ``from_step`` (default 0), ``until_step`` (exclusive, default
 never), ``delay_s`` (extra seconds per collective), ``bandwidth_factor`` (0 < f <= 1, scales
-the throttle's rate). At least one of ``delay_s``/``bandwidth_factor`` must be given.
+the throttle's rate), ``blip`` (1: the delay hits only a transfer's first attempt, so a
+re-issued link probe goes through; gradient collectives are never re-issued). At least one
+of ``delay_s``/``bandwidth_factor`` must be given.
 Stdlib only, so config validation can parse it without torch.
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_KEYS = ("rank", "from_step", "until_step", "delay_s", "bandwidth_factor")
+_KEYS = ("rank", "from_step", "until_step", "delay_s", "bandwidth_factor", "blip")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +32,7 @@ class FaultSpec:
     until_step: int | None = None
     delay_s: float = 0.0
     bandwidth_factor: float = 1.0
+    blip: bool = False
 
     def __post_init__(self) -> None:
         if self.rank < 0 or self.from_step < 0:
@@ -59,7 +63,7 @@ class FaultSpec:
             if not sep or key not in _KEYS:
                 raise ValueError(f"bad fault spec part {part!r}; keys are {', '.join(_KEYS)}")
             try:
-                if key in ("rank", "from_step", "until_step"):
+                if key in ("rank", "from_step", "until_step", "blip"):
                     ints[key] = int(raw)
                 else:
                     floats[key] = float(raw)
@@ -71,4 +75,5 @@ class FaultSpec:
             until_step=ints.get("until_step"),
             delay_s=floats.get("delay_s", 0.0),
             bandwidth_factor=floats.get("bandwidth_factor", 1.0),
+            blip=bool(ints.get("blip")),
         )

@@ -15,8 +15,12 @@ mismatch). The ladder on a slow link:
    step, after the optimizer step, so the run can checkpoint and exit cleanly
    (``EXIT_LINK_FAILED``) and the supervisor restart it.
 
-Not done: re-issuing one slow transfer. Gloo cannot cancel or retry an in-flight collective
-without rebuilding the process group (STACK-NOTES 3), so the ladder starts at "shrink".
+Re-issue: a slow link *probe* is re-issued once before its pair is reported degraded
+(``probes.py``). Gradient collectives are not re-issued: gloo cannot cancel one in flight
+(STACK-NOTES 3), and a retry on a spare group is safe only if every rank agrees it happened,
+which would cost another collective per chunk (one rank can complete the original while a
+peer times out, and the two then issue different collectives). So for gradients the ladder
+starts at "shrink".
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ Every ``probe_every`` steps (between steps, on the session's main-thread group) 
    charges the payload (the emulated link and the allocation apply to probes as to
    collectives, and so does the fault injector's delay), bandwidth = bits / (time - min RTT/2).
 
+A pair whose latency or jitter is above ``slow_s`` is probed once more (the *re-issue*: the
+initiator tells the answerer with a one-element flag, so both sides stay in step), and the
+better of the two measurements counts: one blip does not mark a link degraded, a link that
+is slow twice is. ``LinkSample.reissued`` says which pairs needed it.
+
 The initiator fills cells (i, j) and (j, i); one SUM all-reduce gives every rank the matrix,
 and the metrics rank sends one ``link`` message per pair.
 """
@@ -38,6 +43,7 @@ class LinkSample:
     latency_s: float
     bandwidth_bps: float
     jitter_s: float
+    reissued: bool = False  # slow at first, probed once more (see the module docstring)
 
 
 def probe_links(
@@ -49,21 +55,30 @@ def probe_links(
     step: int,
     fault: FaultSpec | None = None,
     payload_bytes: int = 64 * 1024,
+    slow_s: float | None = None,
 ) -> list[LinkSample]:
-    """Probe every pair; collective over ``group`` (all ranks call it). Returns pairs i < j."""
+    """Probe every pair; collective over ``group`` (all ranks call it). Returns pairs i < j.
+
+    ``slow_s``: latency or jitter above it makes the initiator probe the pair once more
+    (None: never).
+    """
     ranks = dist.get_process_group_ranks(group)
-    cells = torch.zeros(world_size, world_size, 3, dtype=torch.float64)
+    cells = torch.zeros(world_size, world_size, 4, dtype=torch.float64)
     small = torch.zeros(1)
     payload = torch.zeros(max(1, payload_bytes // 4))
-    delay = fault.delay_s if fault is not None and fault.active(rank, step) else 0.0
+    active = fault is not None and fault.active(rank, step)
+    delay = fault.delay_s if fault is not None and active else 0.0
+    # A blip fault delays a probe's first attempt only: its re-issue goes through.
+    retry_delay = 0.0 if fault is not None and fault.blip else delay
     for i in range(world_size):
         for j in range(i + 1, world_size):
+            link = _Link(ranks[j] if rank == i else ranks[i], group, small, payload)
             if rank == i:
                 cells[i, j] = cells[j, i] = torch.tensor(
-                    _initiate(ranks[j], group, small, payload, pacer, delay), dtype=torch.float64
+                    link.initiate(pacer, delay, retry_delay, slow_s), dtype=torch.float64
                 )
             elif rank == j:
-                _answer(ranks[i], group, small, payload, delay)
+                link.answer(delay, retry_delay)
     dist.all_reduce(cells, group=group)
     return [
         LinkSample(
@@ -72,6 +87,7 @@ def probe_links(
             latency_s=float(cells[i, j, 0]),
             bandwidth_bps=float(cells[i, j, 1]),
             jitter_s=float(cells[i, j, 2]),
+            reissued=bool(cells[i, j, 3]),
         )
         for i in range(world_size)
         for j in range(i + 1, world_size)
@@ -92,48 +108,69 @@ def report_links(
             bandwidth_bps=s.bandwidth_bps,
             jitter_s=s.jitter_s,
             state=state,
+            reissued=s.reissued,
         )
 
 
-def _initiate(
-    peer: int,
-    group: dist.ProcessGroup,
-    small: torch.Tensor,
-    payload: torch.Tensor,
-    pacer: TokenBucket,
-    delay: float,
-) -> list[float]:
-    rtts = []
-    for _ in range(PINGS):
-        t0 = time.perf_counter()
-        _delay(delay)
-        dist.send(small, peer, group=group)
-        dist.recv(small, peer, group=group)
-        rtts.append(time.perf_counter() - t0)
-    rtt = statistics.median(rtts)
-    best = float("inf")
-    for _ in range(TRANSFERS):  # the fastest of a few: scheduler noise only ever adds time
-        t0 = time.perf_counter()
-        _delay(delay)
-        dist.send(payload, peer, group=group)
-        pacer.acquire(payload.numel() * payload.element_size(), started=t0)
-        dist.recv(small, peer, group=group)
-        best = min(best, time.perf_counter() - t0 - min(rtts) / 2)  # min: noise only adds
-    bandwidth = payload.numel() * payload.element_size() * 8 / max(1e-9, best)
-    return [rtt / 2, bandwidth, statistics.pstdev(rtts) / 2]
+class _Link:
+    """One rank pair's probe, from either end (the same order of sends and receives)."""
 
+    def __init__(
+        self, peer: int, group: dist.ProcessGroup, small: torch.Tensor, payload: torch.Tensor
+    ) -> None:
+        self.peer, self.group, self.small, self.payload = peer, group, small, payload
 
-def _answer(
-    peer: int, group: dist.ProcessGroup, small: torch.Tensor, payload: torch.Tensor, delay: float
-) -> None:
-    for _ in range(PINGS):
-        dist.recv(small, peer, group=group)
-        _delay(delay)
-        dist.send(small, peer, group=group)
-    for _ in range(TRANSFERS):
-        dist.recv(payload, peer, group=group)
-        _delay(delay)
-        dist.send(small, peer, group=group)
+    def initiate(
+        self, pacer: TokenBucket, delay: float, retry_delay: float, slow_s: float | None
+    ) -> list[float]:
+        """Measure (and re-issue once if slow); return [latency, bandwidth, jitter, reissued]."""
+        first = self._measure(pacer, delay)
+        again = slow_s is not None and max(first[0], first[2]) > slow_s
+        dist.send(torch.tensor([1.0 if again else 0.0]), self.peer, group=self.group)
+        if not again:
+            return [*first, 0.0]
+        second = self._measure(pacer, retry_delay)
+        best = min(first, second, key=lambda m: max(m[0], m[2]))
+        return [*best, 1.0]
+
+    def answer(self, delay: float, retry_delay: float) -> None:
+        self._respond(delay)
+        flag = torch.zeros(1)
+        dist.recv(flag, self.peer, group=self.group)
+        if flag.item():
+            self._respond(retry_delay)
+
+    def _measure(self, pacer: TokenBucket, delay: float) -> list[float]:
+        peer, group, small, payload = self.peer, self.group, self.small, self.payload
+        rtts = []
+        for _ in range(PINGS):
+            t0 = time.perf_counter()
+            _delay(delay)
+            dist.send(small, peer, group=group)
+            dist.recv(small, peer, group=group)
+            rtts.append(time.perf_counter() - t0)
+        rtt = statistics.median(rtts)
+        best = float("inf")
+        for _ in range(TRANSFERS):  # the fastest of a few: scheduler noise only ever adds time
+            t0 = time.perf_counter()
+            _delay(delay)
+            dist.send(payload, peer, group=group)
+            pacer.acquire(payload.numel() * payload.element_size(), started=t0)
+            dist.recv(small, peer, group=group)
+            best = min(best, time.perf_counter() - t0 - min(rtts) / 2)  # min: noise only adds
+        bandwidth = payload.numel() * payload.element_size() * 8 / max(1e-9, best)
+        return [rtt / 2, bandwidth, statistics.pstdev(rtts) / 2]
+
+    def _respond(self, delay: float) -> None:
+        peer, group, small, payload = self.peer, self.group, self.small, self.payload
+        for _ in range(PINGS):
+            dist.recv(small, peer, group=group)
+            _delay(delay)
+            dist.send(small, peer, group=group)
+        for _ in range(TRANSFERS):
+            dist.recv(payload, peer, group=group)
+            _delay(delay)
+            dist.send(small, peer, group=group)
 
 
 def _delay(seconds: float) -> None:

@@ -101,10 +101,12 @@ class Reporter:
         bandwidth_bps: float,
         jitter_s: float = 0.0,
         state: str = "ok",
+        reissued: bool = False,
     ) -> None:
         """Send one ``link`` message: the measured path from rank ``src`` to rank ``dst``.
 
-        ``state`` is ``"ok"`` or ``"degraded"``. A probe round sends one per rank pair.
+        ``state`` is ``"ok"`` or ``"degraded"``; ``reissued``: the first probe was slow and
+        the pair was probed once more. A probe round sends one per rank pair.
         """
         if self.is_metrics_rank:
             self._send(
@@ -117,6 +119,7 @@ class Reporter:
                     "bandwidth_bps": bandwidth_bps,
                     "jitter_s": jitter_s,
                     "state": state,
+                    "reissued": reissued,
                 },
             )
 

@@ -203,6 +203,7 @@ class SyncSession:
             world_size=self.world_size,
             step=self.step,
             fault=self.fault,
+            slow_s=self.config.jitter_threshold_s,
         )
         if self.reporter is not None:
             report_links(
