@@ -1,0 +1,178 @@
+"""Where a training step's time goes: a per-step trace of tiny_gpt under one sync strategy.
+
+    .venv/bin/python tests/benchmarks/trace_sync.py                      # adaptive, 2 ranks, 100 Mbit/s
+    .venv/bin/python tests/benchmarks/trace_sync.py --sync full --world 4 --show 2
+
+A diagnostic, not a benchmark (``make bench`` does not run it): it launches a real ``torchrun``
+of this file, and on rank 0 records when forward, backward and the optimizer step (with the
+session's per-step agreement) begin and end, and every collective of the gradient engine
+("fg") and of the background averaging lane ("bg"). To see the collectives it wraps two
+engine methods of this run's session (``submit``, ``_reduce_chunk``); nothing else changes.
+Prints the mean phase times of steps with and without background traffic, then the
+timeline of the last ``--show`` steps (ms from the step's start). docs/benchmarks.md quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PHASES = ("fwd", "bwd", "opt", "end")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sync", default="adaptive")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--link", type=float, default=100.0, help="emulated link, Mbit/s")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--skip", type=int, default=15, help="steps left out of the means")
+    ap.add_argument("--show", type=int, default=1, help="timelines of the last N steps")
+    ap.add_argument("--out", help=argparse.SUPPRESS)  # set by the launcher for the ranks
+    return ap.parse_args(argv)
+
+
+def launch(args: argparse.Namespace) -> list[list[Any]]:
+    """Run this file under torchrun; return rank 0's events."""
+    with tempfile.TemporaryDirectory(prefix="trace-sync-") as tmp:
+        out = Path(tmp) / "events.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
+        env.update(
+            OMP_NUM_THREADS="1",
+            GLOO_SOCKET_IFNAME="lo",
+            MASTER_ADDR="127.0.0.1",
+            PYTHONPATH=str(REPO),
+            SYNCLANE_LINK_MBPS=str(args.link),
+            SYNCLANE_PROBE_EVERY="0",
+        )
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", str(args.world), __file__, "--sync", args.sync,
+            "--steps", str(args.steps), "--out", str(out),
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+        if proc.returncode != 0:
+            raise SystemExit(f"trace run failed:\n{proc.stderr[-3000:]}")
+        events: list[list[Any]] = json.loads(out.read_text())
+        return events
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    """One rank: train tiny_gpt for ``--steps`` steps, recording events (rank 0 writes them)."""
+    import torch
+    import torch.distributed as dist
+
+    from workers.runtime.config import RuntimeConfig
+    from workers.runtime.engine import CommEngine
+    from workers.runtime.wrap import wrap
+    from workers.workloads import tiny_gpt
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    data = tiny_gpt.CharData()
+    torch.manual_seed(0)
+    gpt = tiny_gpt.TinyGPT(tiny_gpt.GPTConfig(vocab_size=len(data.vocab)))
+    opt = torch.optim.AdamW(gpt.parameters(), lr=3e-3, weight_decay=0.0)
+    model = wrap(gpt, optimizer=opt, config=RuntimeConfig.from_env(sync=args.sync))
+    t0 = time.perf_counter()
+    events: list[list[Any]] = []
+
+    def mark(kind: str, nbytes: int = 0) -> None:
+        events.append([round((time.perf_counter() - t0) * 1000, 2), kind, nbytes])
+
+    def watch(engine: CommEngine, lane: str) -> None:
+        submit, reduce_chunk = engine.submit, engine._reduce_chunk
+
+        def traced_submit(tensor: torch.Tensor, *, flush: bool) -> Any:
+            mark(f"{lane} submit", tensor.numel() * tensor.element_size())
+            return submit(tensor, flush=flush)
+
+        def traced_chunk(chunk: torch.Tensor) -> None:
+            mark(f"{lane} start", chunk.numel() * chunk.element_size())
+            reduce_chunk(chunk)
+            mark(f"{lane} end")
+
+        engine.submit = traced_submit  # type: ignore[method-assign]
+        engine._reduce_chunk = traced_chunk  # type: ignore[method-assign]
+
+    watch(model.session.engine, "fg")
+    if model.session.background is not None:
+        watch(model.session.background, "bg")
+    g = torch.Generator().manual_seed(rank)
+    n = len(data.vocab)
+    for _ in range(args.steps):
+        x, y = (torch.randint(0, n, (16, 64), generator=g) for _ in range(2))
+        mark("fwd")
+        loss = model(x, y)
+        mark("bwd")
+        loss.backward()
+        mark("opt")
+        opt.step()  # the session's per-step work runs in the optimizer's post-step hook
+        opt.zero_grad(set_to_none=True)
+        mark("end")
+    model.session.close()
+    if rank == 0:
+        Path(args.out).write_text(json.dumps(events))
+    dist.destroy_process_group()
+
+
+def split_steps(events: list[list[Any]]) -> list[list[list[Any]]]:
+    steps: list[list[list[Any]]] = []
+    for event in events:
+        if event[1] == "fwd":
+            steps.append([])
+        if steps:
+            steps[-1].append(event)
+    return steps
+
+
+def report(events: list[list[Any]], args: argparse.Namespace) -> None:
+    steps = split_steps(events)
+    rows: dict[bool, list[list[float]]] = {False: [], True: []}
+    for step in steps[args.skip :]:
+        at = {kind: t for t, kind, _ in step if kind in PHASES}
+        busy_bg = any(kind.startswith("bg") for _, kind, _ in step)
+        rows[busy_bg].append(
+            [
+                at["bwd"] - at["fwd"],
+                at["opt"] - at["bwd"],
+                at["end"] - at["opt"],
+                at["end"] - at["fwd"],
+            ]
+        )
+    print(f"{args.sync}, {args.world} ranks, {args.link:g} Mbit/s; ms per step, steps {args.skip}+")
+    print(f"{'steps':<26} {'n':>3} {'forward':>8} {'backward':>9} {'opt+agree':>10} {'total':>7}")
+    for busy, label in ((False, "without background traffic"), (True, "with background traffic")):
+        if rows[busy]:
+            means = [statistics.mean(r[i] for r in rows[busy]) for i in range(4)]
+            print(f"{label:<26} {len(rows[busy]):>3} " + " ".join(f"{m:>8.1f}" for m in means))
+    every = [r for group in rows.values() for r in group]
+    if every:
+        print(f"mean step {statistics.mean(r[3] for r in every):.1f} ms")
+    for step in steps[-args.show :] if args.show else []:
+        print("---")
+        start = step[0][0]
+        for t, kind, nbytes in step:
+            print(f"{t - start:8.2f}  {kind:<10} {nbytes or ''}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.out:  # a rank under torchrun
+        rank_main(args)
+        return
+    report(launch(args), args)
+
+
+if __name__ == "__main__":
+    main()
