@@ -420,6 +420,58 @@ def check_background_lane() -> dict[str, Any]:
     return out
 
 
+class LaunchLog(CommStats):
+    """CommStats that also keeps every collective's launch time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launches: list[float] = []
+
+    def launched(self) -> float:
+        now = super().launched()
+        self.launches.append(now)
+        return now
+
+
+def check_lane_gating() -> dict[str, Any]:
+    """The background lane starts no chunk while the foreground still holds the link.
+
+    At 20 Mbit/s a 64 KiB gradient occupies the link ~26 ms. A background average submitted
+    right after it must launch its first collective only once that slot ended; the same
+    lane without ``yield_to`` (the contrast) launches at once, beside the gradient.
+    """
+    pacer = TokenBucket(
+        link_rate_fn(link_mbps=20.0, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
+    )
+    out: dict[str, Any] = {}
+    for gated in (True, False):
+        fg_stats, bg_stats = CommStats(), LaunchLog()
+        fg = CommEngine(group=dist.new_group(), pacer=pacer, stats=fg_stats, rank=dist.get_rank())
+        bg = CommEngine(
+            group=dist.new_group(),
+            pacer=pacer,
+            stats=bg_stats,
+            rank=dist.get_rank(),
+            chunk_bytes=BACKGROUND_CHUNK_BYTES,
+            yield_to=fg.wait_until_idle if gated else None,
+        )
+        dist.barrier()
+        gradient = torch.ones(16 * 1024)
+        fg_future = fg.submit(gradient, flush=True)
+        bg_future = bg.submit(torch.ones(32 * 1024), flush=True)
+        fg_future.wait()
+        bg_future.wait()
+        fg_done = fg_stats.last_done()
+        assert fg_done is not None
+        out["gated" if gated else "ungated"] = {
+            "first_bg_launch_after_fg_done_s": bg_stats.launches[0] - fg_done,
+        }
+        fg.close()
+        bg.close()
+        time.sleep(pacer.busy_for())  # the next case starts on an idle link
+    return out
+
+
 def check_promotion() -> dict[str, Any]:
     """Score-based promotion: which parameters are critical at each step, and are they equal.
 
@@ -477,6 +529,7 @@ CHECKS = {
         check_background_lane,
         check_fast_link,
         check_promotion,
+        check_lane_gating,
     )
 }
 

@@ -118,6 +118,15 @@ def test_background_averages_yield_the_link_to_gradients(tmp_path: Path) -> None
     assert result["foreground_s"] < 0.5 * result["background_s"], result
 
 
+def test_the_background_lane_waits_for_the_foreground_slot_to_end(tmp_path: Path) -> None:
+    result = run_check("lane_gating", tmp_path)
+    # Gated: the first background chunk launches only after the gradient's paced slot (a
+    # millisecond of slack for the hand-over between threads).
+    assert result["gated"]["first_bg_launch_after_fg_done_s"] > -0.001, result
+    # The contrast: without yield_to it launches beside the gradient, ~26 ms before its end.
+    assert result["ungated"]["first_bg_launch_after_fg_done_s"] < -0.01, result
+
+
 def test_adaptive_syncs_everything_while_the_link_is_cheap(tmp_path: Path) -> None:
     steps = run_check("fast_link", tmp_path)["steps"]
     full_bytes = steps[0]["bytes"]  # warm-up step: every gradient
