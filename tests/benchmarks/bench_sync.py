@@ -68,19 +68,26 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def rank_env(link_mbps: float, **settings: str) -> dict[str, str]:
+    """The environment of a benchmarked torchrun: one thread per rank on loopback, the
+    emulated link, probes off (every strategy pays the same: nothing), our settings only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
+    env.update(
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        MASTER_ADDR="127.0.0.1",
+        SYNCLANE_LINK_MBPS=str(link_mbps),
+        SYNCLANE_PROBE_EVERY="0",
+        PYTHONPATH=str(REPO),
+        **settings,
+    )
+    return env
+
+
 def run_one(*, strategy: str, world: int, link: float, seed: int, steps: int) -> dict[str, Any]:
     sync, settings = VARIANTS.get(strategy, (strategy, {}))
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
-        env.update(
-            OMP_NUM_THREADS="1",
-            GLOO_SOCKET_IFNAME="lo",
-            MASTER_ADDR="127.0.0.1",
-            SYNCLANE_LINK_MBPS=str(link),
-            SYNCLANE_PROBE_EVERY="0",  # probes off: every strategy pays the same (nothing)
-            PYTHONPATH=str(REPO),
-            **settings,
-        )
+        env = rank_env(link, **settings)
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(world), "-m", "workers.workloads.tiny_gpt",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_sync import rank_env  # this directory is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[2]
 PHASES = ("fwd", "bwd", "opt", "end")
@@ -45,15 +46,7 @@ def launch(args: argparse.Namespace) -> list[list[Any]]:
     """Run this file under torchrun; return rank 0's events."""
     with tempfile.TemporaryDirectory(prefix="trace-sync-") as tmp:
         out = Path(tmp) / "events.json"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
-        env.update(
-            OMP_NUM_THREADS="1",
-            GLOO_SOCKET_IFNAME="lo",
-            MASTER_ADDR="127.0.0.1",
-            PYTHONPATH=str(REPO),
-            SYNCLANE_LINK_MBPS=str(args.link),
-            SYNCLANE_PROBE_EVERY="0",
-        )
+        env = rank_env(args.link)  # the same environment as bench_sync's runs
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(args.world), __file__, "--sync", args.sync,

@@ -173,6 +173,13 @@ def train_one(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> float:
     return float(loss)
 
 
+def link_paced_at(mbps: float) -> TokenBucket:
+    """A token bucket at an emulated link of ``mbps`` (no allocation, no fault)."""
+    return TokenBucket(
+        link_rate_fn(link_mbps=mbps, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
+    )
+
+
 def check_throttle() -> dict[str, Any]:
     """Achieved wire rate of paced all-reduces at 3 rates, then a live allocation change."""
     group = dist.new_group()
@@ -180,12 +187,12 @@ def check_throttle() -> dict[str, Any]:
     world = dist.get_world_size()
     tensor = torch.ones(64 * 1024)  # 256 KiB payload
     for mbps in (50.0, 100.0, 200.0):
-        stats = CommStats()
-        pacer = TokenBucket(
-            link_rate_fn(link_mbps=mbps, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
-        )
         engine = CommEngine(
-            group=group, pacer=pacer, stats=stats, rank=dist.get_rank(), chunk_bytes=1 << 20
+            group=group,
+            pacer=link_paced_at(mbps),
+            stats=CommStats(),
+            rank=dist.get_rank(),
+            chunk_bytes=1 << 20,
         )
         out[str(int(mbps))] = achieved_bps(engine, tensor, count=int(mbps // 5)) / (mbps * 1e6)
         engine.close()
@@ -378,6 +385,24 @@ def check_fast_link() -> dict[str, Any]:
     return {"steps": steps}
 
 
+def lanes(
+    pacer: TokenBucket, fg_stats: CommStats, bg_stats: CommStats, *, gated: bool
+) -> tuple[CommEngine, CommEngine]:
+    """A foreground engine and a background lane on one link, as the session builds them
+    (``gated``: the lane yields to the foreground; False only as a test's contrast)."""
+    fg = CommEngine(group=dist.new_group(), pacer=pacer, stats=fg_stats, rank=dist.get_rank())
+    bg = CommEngine(
+        group=dist.new_group(),
+        pacer=pacer,
+        stats=bg_stats,
+        rank=dist.get_rank(),
+        chunk_bytes=BACKGROUND_CHUNK_BYTES,
+        yield_to=fg.wait_until_idle if gated else None,
+    )
+    dist.barrier()
+    return fg, bg
+
+
 def check_background_lane() -> dict[str, Any]:
     """A background transfer yields the (paced) link to foreground gradients.
 
@@ -385,20 +410,7 @@ def check_background_lane() -> dict[str, Any]:
     ~13 ms. The background starts first; the gradient, submitted 5 ms later, must not
     queue behind all of it (FIFO: ~145 ms), only behind the background chunk in flight.
     """
-    stats = CommStats()
-    pacer = TokenBucket(
-        link_rate_fn(link_mbps=20.0, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
-    )
-    fg = CommEngine(group=dist.new_group(), pacer=pacer, stats=stats, rank=dist.get_rank())
-    bg = CommEngine(
-        group=dist.new_group(),
-        pacer=pacer,
-        stats=CommStats(),
-        rank=dist.get_rank(),
-        chunk_bytes=BACKGROUND_CHUNK_BYTES,
-        yield_to=fg.wait_until_idle,
-    )
-    dist.barrier()
+    fg, bg = lanes(link_paced_at(20.0), CommStats(), CommStats(), gated=True)
     average = torch.full((80 * 1024,), float(dist.get_rank() + 1))
     gradient = torch.full((8 * 1024,), float(dist.get_rank() + 1))
     start = time.perf_counter()
@@ -440,22 +452,11 @@ def check_lane_gating() -> dict[str, Any]:
     right after it must launch its first collective only once that slot ended; the same
     lane without ``yield_to`` (the contrast) launches at once, beside the gradient.
     """
-    pacer = TokenBucket(
-        link_rate_fn(link_mbps=20.0, allocation_bps=lambda: None, fault_factor=lambda: 1.0)
-    )
+    pacer = link_paced_at(20.0)
     out: dict[str, Any] = {}
     for gated in (True, False):
         fg_stats, bg_stats = CommStats(), LaunchLog()
-        fg = CommEngine(group=dist.new_group(), pacer=pacer, stats=fg_stats, rank=dist.get_rank())
-        bg = CommEngine(
-            group=dist.new_group(),
-            pacer=pacer,
-            stats=bg_stats,
-            rank=dist.get_rank(),
-            chunk_bytes=BACKGROUND_CHUNK_BYTES,
-            yield_to=fg.wait_until_idle if gated else None,
-        )
-        dist.barrier()
+        fg, bg = lanes(pacer, fg_stats, bg_stats, gated=gated)
         gradient = torch.ones(16 * 1024)
         fg_future = fg.submit(gradient, flush=True)
         bg_future = bg.submit(torch.ones(32 * 1024), flush=True)

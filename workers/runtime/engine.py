@@ -46,8 +46,9 @@ from workers.runtime.throttle import TokenBucket
 MIN_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
 # Pending buckets leave once this many bytes are pending (fusion of small buckets only).
-# Small, so a step's first critical slices leave early in backward (16 KB against 32 KB:
-# about +10% samples/s for adaptive at 100 Mbit/s, measured with the lane change below).
+# Small, so a step's first critical slices leave early in backward. (16 KB instead of 32 KB,
+# with the lane's 64 KB chunks below: +12% / +7% samples/s for adaptive at 100 Mbit/s with
+# 2 / 4 ranks in an A/B of single runs; the full bench_sync run confirmed it at 4 ranks only.)
 FUSE_BYTES = 16 * 1024
 # Background-lane chunks: a gradient waits behind at most one (64 KB: ~5 ms at 100 Mbit/s
 # with 2 ranks). Smaller chunks cost more: each is a collective, and each makes the lane's

@@ -66,19 +66,18 @@ def probe_links(
     cells = torch.zeros(world_size, world_size, 4, dtype=torch.float64)
     small = torch.zeros(1)
     payload = torch.zeros(max(1, payload_bytes // 4))
-    active = fault is not None and fault.active(rank, step)
-    delay = fault.delay_s if fault is not None and active else 0.0
+    delay = fault.delay_s if fault is not None and fault.active(rank, step) else 0.0
     # A blip fault delays a probe's first attempt only: its re-issue goes through.
     retry_delay = 0.0 if fault is not None and fault.blip else delay
     for i in range(world_size):
         for j in range(i + 1, world_size):
-            link = _Link(ranks[j] if rank == i else ranks[i], group, small, payload)
             if rank == i:
+                link = _Link(ranks[j], group, small, payload)
                 cells[i, j] = cells[j, i] = torch.tensor(
                     link.initiate(pacer, delay, retry_delay, slow_s), dtype=torch.float64
                 )
             elif rank == j:
-                link.answer(delay, retry_delay)
+                _Link(ranks[i], group, small, payload).answer(delay, retry_delay)
     dist.all_reduce(cells, group=group)
     return [
         LinkSample(
@@ -99,7 +98,7 @@ def report_links(
 ) -> None:
     """Send one ``link`` message per pair; ``degraded`` when latency or jitter > threshold."""
     for s in samples:
-        state = "degraded" if max(s.latency_s, s.jitter_s) > threshold_s else "ok"
+        state = "degraded" if _slowness(s.latency_s, s.jitter_s) > threshold_s else "ok"
         reporter.link(
             src=s.src,
             dst=s.dst,
@@ -125,12 +124,12 @@ class _Link:
     ) -> list[float]:
         """Measure (and re-issue once if slow); return [latency, bandwidth, jitter, reissued]."""
         first = self._measure(pacer, delay)
-        again = slow_s is not None and max(first[0], first[2]) > slow_s
+        again = slow_s is not None and _slowness(first[0], first[2]) > slow_s
         dist.send(torch.tensor([1.0 if again else 0.0]), self.peer, group=self.group)
         if not again:
             return [*first, 0.0]
         second = self._measure(pacer, retry_delay)
-        best = min(first, second, key=lambda m: max(m[0], m[2]))
+        best = min(first, second, key=lambda m: _slowness(m[0], m[2]))
         return [*best, 1.0]
 
     def answer(self, delay: float, retry_delay: float) -> None:
@@ -171,6 +170,11 @@ class _Link:
             dist.recv(payload, peer, group=group)
             _delay(delay)
             dist.send(small, peer, group=group)
+
+
+def _slowness(latency_s: float, jitter_s: float) -> float:
+    """What a link's health is judged by (against the jitter threshold): the worse of the two."""
+    return max(latency_s, jitter_s)
 
 
 def _delay(seconds: float) -> None:

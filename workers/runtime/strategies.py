@@ -282,6 +282,7 @@ class Adaptive(Strategy):
 
     def register(self, ddp: DistributedDataParallel) -> None:
         self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
+        self.by_name = dict(self.named)
         pattern = re.compile(self.config.critical) if self.config.critical else CRITICAL_NAME
         self.base_critical = {n for n, _ in self.named if pattern.search(n)}
         self.critical_names = set(self.base_critical)
@@ -376,8 +377,7 @@ class Adaptive(Strategy):
         self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES if on else FUSE_BYTES
 
     def noncritical_params(self) -> list[torch.Tensor]:
-        by_name = dict(self.named)
-        return [by_name[n] for n in self.noncritical]
+        return [self.by_name[n] for n in self.noncritical]
 
     def _ids(self, names: set[str]) -> set[int]:
         return {id(q) for n, q in self.named if n in names}
@@ -453,14 +453,16 @@ class Adaptive(Strategy):
         # promoted one's (critical, so synced every step, but its movement since the last
         # global sync is what keeps it promoted). Averaged across ranks with the parameters:
         # decisions must come from agreed figures, as replicas need not be bit-identical.
-        by_name = dict(self.named)
         scored = names + sorted(self.critical_names - self.base_critical)
         moved = torch.tensor(
-            [relative_distance(by_name[n].detach().reshape(-1), self.synced[n]) for n in scored],
+            [
+                relative_distance(self.by_name[n].detach().reshape(-1), self.synced[n])
+                for n in scored
+            ],
             dtype=snapshot.dtype,
         )
         for name in scored[len(names) :]:  # promoted: measure from now on
-            self.synced[name] = by_name[name].detach().reshape(-1).clone()
+            self.synced[name] = self.by_name[name].detach().reshape(-1).clone()
         flat = torch.cat([snapshot, moved]).div_(self.world_size)
         fut = self.background.submit(flat, flush=True)
         self._pending = _PendingAverage(fut, snapshot, names, scored, apply_at=step + lag)
@@ -474,11 +476,10 @@ class Adaptive(Strategy):
         reduced = fut.wait()
         n = snapshot.numel()
         delta = reduced[:n] - snapshot
-        by_name = dict(self.named)
         offset = 0
         with torch.no_grad():
             for name in names:
-                q = by_name[name]
+                q = self.by_name[name]
                 q.add_(delta[offset : offset + q.numel()].view_as(q))
                 self.synced[name] = reduced[offset : offset + q.numel()].clone()
                 offset += q.numel()
@@ -513,7 +514,7 @@ class Adaptive(Strategy):
         if newly:
             self._average_optimizer_state(newly)
         for name in self.critical_names - new_critical:
-            self.synced[name] = dict(self.named)[name].detach().reshape(-1).clone()
+            self.synced[name] = self.by_name[name].detach().reshape(-1).clone()
         self.critical_names = new_critical
         self.state.set_critical(self._ids(new_critical))
 
