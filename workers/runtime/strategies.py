@@ -230,7 +230,7 @@ class Adaptive(Strategy):
       ``lag`` is the number of steps the link's idle time (step time minus the critical
       gradients' link time) needs to carry the average, with a margin, at least 1 and at
       most H; it comes from agreed figures, so every rank applies (and reclassifies) at the
-      same step. An average that is late by then is waited for. (Measured: applying later,
+      same step. An average that is late by then is waited for. (Measured in single runs: applying later,
       when the previous average had arrived, removed the waits but not the time, which the
       saturated CPU spent elsewhere, and cost 0.3-1% val loss from staler averages.)
     * **Optimizer state**: critical parameters get identical gradients, so their optimizer
