@@ -230,9 +230,10 @@ class Adaptive(Strategy):
       ``lag`` is the number of steps the link's idle time (step time minus the critical
       gradients' link time) needs to carry the average, with a margin, at least 1 and at
       most H; it comes from agreed figures, so every rank applies (and reclassifies) at the
-      same step. An average that is late by then is waited for. (Measured in single runs: applying later,
-      when the previous average had arrived, removed the waits but not the time, which the
-      saturated CPU spent elsewhere, and cost 0.3-1% val loss from staler averages.)
+      same step. An average that is late by then is waited for. (Measured in single runs:
+      applying later, when the previous average had arrived, removed the waits but not the
+      time, which the saturated CPU spent elsewhere, and cost 0.3-1% val loss from staler
+      averages.)
     * **Optimizer state**: critical parameters get identical gradients, so their optimizer
       moments stay identical on all ranks. Non-critical parameters keep per-rank moments, as
       in torch's post-local-SGD: they are statistics of local gradients, and averaging them
