@@ -301,6 +301,47 @@ def check_fault() -> dict[str, Any]:
     return out
 
 
+def check_reissue() -> dict[str, Any]:
+    """A blip on full sync: rank 1's first attempts are 0.2 s late for 10 steps (3 to 12).
+
+    Three runs from the same seeds: no fault; the blip with re-issue (the default: after
+    the 0.1 s jitter threshold); the blip with re-issue off (``reissue_after_s=0``).
+    """
+    fault = "rank=1,from_step=3,until_step=13,delay_s=0.2,blip=1"
+    clean_model, clean_opt = wrapped(base_cfg(sync="full", chunk_kb=64))
+    clean = [train_one(clean_model, clean_opt, step) for step in range(1, 21)]
+    clean_model.session.close()
+    out: dict[str, Any] = {"clean": clean}
+    for label, after in (("on", None), ("off", 0.0)):
+        cfg = RuntimeConfig.from_env(
+            sync="full", fault=fault, jitter_threshold_s=0.1, chunk_kb=64, reissue_after_s=after
+        )
+        if cfg.job_id is not None:
+            cfg = cfg.with_(job_id=f"{cfg.job_id}-{label}")
+        reporter = Reporter.from_env(cfg)
+        model, opt = wrapped(cfg, reporter=reporter)
+        losses, reissued, failed_at = [], [], None
+        for step in range(1, 21):
+            try:
+                losses.append(train_one(model, opt, step))
+            except LinkFailure:
+                failed_at = step
+                break
+            reissued.append(model.session.pop_step_stats()["reissued"])
+        params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+        everyone = [torch.zeros_like(params) for _ in range(dist.get_world_size())]
+        dist.all_gather(everyone, params)
+        out[label] = {
+            "losses": losses,
+            "reissued": reissued,
+            "failed_at": failed_at,
+            "replicas_equal": all(torch.equal(everyone[0], t) for t in everyone),
+        }
+        model.session.close()
+        reporter.close()
+    return out
+
+
 def check_probes() -> dict[str, Any]:
     """Probes every 2 steps on a 100 Mbit/s emulated link; rank 1 turns slow from step 4.
 
@@ -525,6 +566,7 @@ CHECKS = {
         check_throttle,
         check_drift,
         check_fault,
+        check_reissue,
         check_probes,
         check_local_step_scale,
         check_background_lane,

@@ -26,6 +26,7 @@ def test_it_reads_the_supervisor_environment() -> None:
             p.ENV_LINK_MBPS: "100",
             p.ENV_DRIFT_THRESHOLD: "0.2",
             p.ENV_LOCAL_STEP_SCALE: "1.5",
+            p.ENV_REISSUE_AFTER_S: "0.05",
             "RANK": "1",
             "WORLD_SIZE": "4",
         }
@@ -38,6 +39,7 @@ def test_it_reads_the_supervisor_environment() -> None:
     )
     assert (cfg.rank, cfg.world_size, cfg.drift_threshold) == (1, 4, 0.2)
     assert cfg.local_step_scale == 1.5
+    assert cfg.reissue_after_s == 0.05
     assert cfg.reporting is True
 
 
@@ -59,6 +61,8 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_FAULT: "rank=1,speed=3"}, "bad fault spec"),
         ({p.ENV_CRITICAL: "attn("}, "regular expression"),
         ({p.ENV_LOCAL_STEP_SCALE: "0"}, "local_step_scale must be > 0"),
+        ({p.ENV_REISSUE_AFTER_S: "-0.1"}, "reissue_after_s must be >= 0"),
+        ({p.ENV_REISSUE_AFTER_S: "soon"}, p.ENV_REISSUE_AFTER_S),
     ],
 )
 def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], message: str) -> None:
@@ -79,6 +83,15 @@ def test_a_fault_spec_applies_to_one_rank_from_a_step() -> None:
     assert not fault.active(0, 6)
     assert fault.blip is False
     assert FaultSpec.parse("rank=1,delay_s=0.06,blip=1").blip is True
+
+
+def test_a_fault_delays_first_attempts_and_retries_unless_it_is_a_blip() -> None:
+    persistent = FaultSpec.parse("rank=1,from_step=5,delay_s=0.3")
+    blip = FaultSpec.parse("rank=1,from_step=5,delay_s=0.3,blip=1")
+    assert persistent.delays(1, 5) == (0.3, 0.3)
+    assert blip.delays(1, 5) == (0.3, 0.0)
+    assert blip.delays(1, 4) == blip.delays(0, 5) == (0.0, 0.0)
+    assert FaultSpec.parse("rank=1,bandwidth_factor=0.5").delays(1, 9) == (0.0, 0.0)
 
 
 def test_a_fault_spec_must_do_something() -> None:

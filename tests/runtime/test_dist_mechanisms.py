@@ -210,6 +210,31 @@ def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
     assert "rank 1 arrives last" in straggler["detail"]
 
 
+def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalates_without(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    result = run_check("reissue", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="57")
+    on, off = result["on"], result["off"]
+    # Without re-issue, 8 degraded steps in a row (3 to 10) escalate, as for any slow link.
+    assert off["failed_at"] == 10
+    # With it: step 3 is degraded (the alarm raises and turns re-issue on), then every step
+    # of the blip re-issues its late chunks and goes through; the run outlasts the fault.
+    assert on["failed_at"] is None and len(on["losses"]) == 20
+    reissued = on["reissued"]
+    assert reissued[:3] == [0, 0, 0], reissued
+    assert all(n >= 1 for n in reissued[3:12]), reissued  # steps 4 to 12
+    assert reissued[-3:] == [0, 0, 0], reissued  # healthy again, re-issue off
+    # A retry carries the chunk's own values: training is exactly the fault-free one.
+    assert on["losses"] == result["clean"]
+    assert on["replicas_equal"]
+    [raised, cleared] = alarms(r, "57-on", p.ALARM_LINK_DEGRADED)
+    assert (raised["state"], raised["step"]) == ("raised", 3)
+    assert "re-issued" in raised["detail"]
+    assert cleared["state"] == "cleared" and cleared["step"] >= 15
+    assert f"({int(sum(reissued))} chunks re-issued)" in cleared["detail"]
+    assert "re-issued" not in alarms(r, "57-off", p.ALARM_LINK_DEGRADED)[0]["detail"]
+
+
 def test_probes_measure_the_link_matrix_and_flag_a_slow_rank(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:

@@ -57,6 +57,9 @@ class RuntimeConfig:
     # Link emulation, throttle and health.
     link_mbps: float | None = None
     jitter_threshold_s: float = 0.25
+    # On a degraded link, a gradient chunk this late is re-issued once (workers.runtime.reissue);
+    # None: jitter_threshold_s; 0: never.
+    reissue_after_s: float | None = None
     probe_every: int = 50  # steps between link probes; 0 disables probes
     fault: str | None = None  # fault-injector spec (workers.runtime.faults)
 
@@ -93,6 +96,8 @@ class RuntimeConfig:
         _require_positive("jitter_threshold_s", self.jitter_threshold_s)
         if self.link_mbps is not None:
             _require_positive("link_mbps", self.link_mbps)
+        if self.reissue_after_s is not None and not self.reissue_after_s >= 0:
+            raise ValueError(f"reissue_after_s must be >= 0, got {self.reissue_after_s}")
         if self.local_step_scale is not None:
             _require_positive("local_step_scale", self.local_step_scale)
         if self.probe_every < 0:
@@ -133,6 +138,7 @@ class RuntimeConfig:
             "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.08),
             "link_mbps": _float_or_none(e, p.ENV_LINK_MBPS),
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),
+            "reissue_after_s": _float_or_none(e, p.ENV_REISSUE_AFTER_S),
             "probe_every": _int(e, p.ENV_PROBE_EVERY, 50),
             "fault": _str(e, p.ENV_FAULT),
             "critical": _str(e, p.ENV_CRITICAL),

@@ -11,7 +11,8 @@ Per transfer the thread
      one, so a bucket of useful size leaves while backward computes the next; the rule
      depends only on bucket sizes, so every rank issues the same collectives),
   2. applies the fault injector's extra delay when a fault is active on this rank,
-  3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG),
+  3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG); while the link is
+     degraded, a chunk that is late is re-issued once on a spare group (``reissue.py``),
   4. paces: sleeps until a link of the throttle's rate would have delivered the wire bytes.
 
 ``chunk_bytes`` changes only between steps, from values every rank agreed on (see
@@ -40,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from workers.runtime.faults import FaultSpec
+from workers.runtime.reissue import Reissuer
 from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
 from workers.runtime.throttle import TokenBucket
 
@@ -88,6 +90,7 @@ class CommEngine:
         step_fn: Callable[[], int] = lambda: 0,
         yield_to: Callable[[], None] | None = None,
         fuse_bytes: int = FUSE_BYTES,
+        spare_group: dist.ProcessGroup | None = None,
     ) -> None:
         self.group = group
         self.world_size = dist.get_world_size(group)
@@ -99,6 +102,12 @@ class CommEngine:
         self.fault = fault
         self._step_fn = step_fn
         self._yield_to = yield_to
+        # Re-issue of slow chunks (reissue.py): possible with a spare group, on while
+        # reissue_after_s is set (LinkHealth sets it between steps, on every rank alike).
+        self.reissuer = (
+            Reissuer(group=group, spare_group=spare_group) if spare_group is not None else None
+        )
+        self.reissue_after_s: float | None = None
         self._outstanding = 0  # submitted transfers whose Future is not completed yet
         self._queue: queue.SimpleQueue[_Job | _Pace | None] = queue.SimpleQueue()
         self._pending: list[_Job] = []
@@ -108,6 +117,7 @@ class CommEngine:
         self._max_wait_in_collective = 0.0
         self._chunk_times: list[float] = []
         self._last_flush_submitted: float | None = None
+        self._reissued = 0
         self._thread = threading.Thread(target=self._run, name="synclane-comm", daemon=True)
         self._thread.start()
 
@@ -174,9 +184,11 @@ class CommEngine:
         ``sync_delay_s``: longest time one collective spent inside the all-reduce call (on an
         unthrottled transport that is mostly waiting for a late peer: pacing happens after the
         call); ``chunk_jitter_s``: std of per-chunk durations;
-        ``last_submit``: perf_counter time the step's final bucket was handed over.
+        ``last_submit``: perf_counter time the step's final bucket was handed over;
+        ``reissued``: chunks whose first attempt was late and went again (same on every rank).
         """
         with self._lock:
+            reissued, self._reissued = self._reissued, 0
             times, self._chunk_times = self._chunk_times, []
             longest, self._max_wait_in_collective = self._max_wait_in_collective, 0.0
             last, self._last_flush_submitted = self._last_flush_submitted, None
@@ -186,11 +198,14 @@ class CommEngine:
             "sync_delay_s": longest,
             "chunk_jitter_s": jitter,
             "last_submit": last if last is not None else 0.0,
+            "reissued": float(reissued),
         }
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=30)
+        if self.reissuer is not None:
+            self.reissuer.close()
 
     # ---------------------------------------------------------------- thread
 
@@ -257,12 +272,36 @@ class CommEngine:
         if self._yield_to is not None:
             self._yield_to()
         fault = self.fault
-        step = self._step_fn()
-        if fault is not None and fault.delay_s > 0 and fault.active(self.rank, step):
-            time.sleep(fault.delay_s)
+        first_delay, retry_delay = (0.0, 0.0)
+        if fault is not None:
+            first_delay, retry_delay = fault.delays(self.rank, self._step_fn())
         payload = chunk.numel() * chunk.element_size()
         wire = ring_allreduce_wire_bytes(payload, self.world_size)
-        started = self.stats.launched()
+        reissuer, after_s = self.reissuer, self.reissue_after_s
+        retried: float | None = None
+        if reissuer is not None and after_s is not None and not chunk.is_cuda:
+            started = self.stats.launched()
+            retried = reissuer.reduce(
+                chunk, after_s=after_s, first_delay_s=first_delay, retry_delay_s=retry_delay
+            )
+        else:
+            if reissuer is not None:
+                reissuer.drain()  # first attempts of a re-issue period go first on the group
+            if first_delay > 0:
+                time.sleep(first_delay)
+            started = self.stats.launched()
+            self._all_reduce(chunk)
+        counted_from = started if retried is None else retried  # the attempt whose result counts
+        inside = time.perf_counter() - counted_from
+        self.pacer.acquire(wire, started=counted_from)
+        self.stats.completed(started, payload_bytes=payload, wire_bytes=wire)
+        with self._lock:
+            self._max_wait_in_collective = max(self._max_wait_in_collective, inside)
+            self._chunk_times.append(time.perf_counter() - started)
+            if retried is not None:
+                self._reissued += 1
+
+    def _all_reduce(self, chunk: torch.Tensor) -> None:
         if chunk.is_cuda:
             # NCCL collectives are asynchronous to the CPU: wait for the producer (backward)
             # before, and for the reduction after, so timing and pacing see the real transfer.
@@ -272,9 +311,3 @@ class CommEngine:
             torch.cuda.synchronize(chunk.device)
         else:
             dist.all_reduce(chunk, group=self.group)
-        inside = time.perf_counter() - started
-        self.pacer.acquire(wire, started=started)
-        self.stats.completed(started, payload_bytes=payload, wire_bytes=wire)
-        with self._lock:
-            self._max_wait_in_collective = max(self._max_wait_in_collective, inside)
-            self._chunk_times.append(time.perf_counter() - started)

@@ -11,8 +11,8 @@ A spec is a comma-separated list of ``key=value`` (env ``SYNCLANE_FAULT`` or
 Keys: ``rank`` (default 0), ``from_step`` (default 0), ``until_step`` (exclusive, default
 never), ``delay_s`` (extra seconds per collective), ``bandwidth_factor`` (0 < f <= 1, scales
 the throttle's rate), ``blip`` (1: the delay hits only a transfer's first attempt, so a
-re-issued link probe goes through; gradient collectives are never re-issued). At least one
-of ``delay_s``/``bandwidth_factor`` must be given.
+re-issued transfer goes through: a link probe, or a gradient chunk on a degraded link).
+At least one of ``delay_s``/``bandwidth_factor`` must be given.
 Stdlib only, so config validation can parse it without torch.
 """
 
@@ -51,6 +51,12 @@ class FaultSpec:
         if rank != self.rank or step < self.from_step:
             return False
         return self.until_step is None or step < self.until_step
+
+    def delays(self, rank: int, step: int) -> tuple[float, float]:
+        """Return the extra seconds for a transfer's first attempt and for its re-issue."""
+        if self.delay_s <= 0 or not self.active(rank, step):
+            return 0.0, 0.0
+        return self.delay_s, 0.0 if self.blip else self.delay_s
 
     @classmethod
     def parse(cls, spec: str) -> FaultSpec:

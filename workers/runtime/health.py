@@ -6,21 +6,21 @@ mismatch). The ladder on a slow link:
 
 1. a step whose worst sync delay (time a rank sat inside a collective, mostly waiting for a
    late peer) or comm-time jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the
-   chunk size (multiplicative decrease) and raise ``link_degraded`` once;
+   chunk size (multiplicative decrease), raise ``link_degraded`` once, and re-issue late
+   chunks from the next step on (below);
 2. healthy steps grow the chunk again (additive increase); ``clear_after`` healthy steps in a
-   row clear the alarm;
+   row (no slow transfer, none re-issued) clear the alarm and stop re-issuing;
 3. a rank the others keep waiting for (spread of the ranks' sync delays above the threshold)
    is named in a ``straggler`` alarm, cleared when the spread falls under half the threshold;
 4. ``escalate_after`` degraded steps in a row raise ``LinkFailure`` on every rank at the same
    step, after the optimizer step, so the run can checkpoint and exit cleanly
    (``EXIT_LINK_FAILED``) and the supervisor restart it.
 
-Re-issue: a slow link *probe* is re-issued once before its pair is reported degraded
-(``probes.py``). Gradient collectives are not re-issued: gloo cannot cancel one in flight
-(STACK-NOTES 3), and a retry on a spare group is safe only if every rank agrees it happened,
-which would cost another collective per chunk (one rank can complete the original while a
-peer times out, and the two then issue different collectives). So for gradients the ladder
-starts at "shrink".
+While the alarm is raised, a gradient chunk whose first attempt is late (``reissue_after_s``)
+is re-issued once on a spare group (``reissue.py``: every rank agrees first, as gloo cannot
+cancel a collective). A step whose only slow transfers went through on re-issue does not
+count towards escalation, but does not clear the alarm either: the link is still bad, the
+re-issue is what hides it. A slow link *probe* is re-issued once too (``probes.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class LinkHealth:
         "straggler_alarmed",
         "jitter_s",
         "sync_delay_s",
+        "reissue_after_s",
+        "reissued",
         "_delays",
     )
 
@@ -69,6 +71,7 @@ class LinkHealth:
         reporter: Reporter | None,
         escalate_after: int = 8,
         clear_after: int = 3,
+        reissue_after_s: float | None = None,
     ) -> None:
         self.engine = engine
         self.threshold_s = threshold_s
@@ -82,11 +85,16 @@ class LinkHealth:
         self.straggler_alarmed = False
         self.jitter_s = 0.0
         self.sync_delay_s = 0.0
+        # None: never re-issue (no spare group, or a strategy whose hooks bypass the engine).
+        self.reissue_after_s = reissue_after_s if engine.reissuer is not None else None
+        self.reissued = 0  # chunks re-issued since the alarm was raised
         self._delays: deque[float] = deque(maxlen=8)
 
-    def update(self, *, step: int, sync_delays: Sequence[float]) -> None:
+    def update(self, *, step: int, sync_delays: Sequence[float], reissued: int = 0) -> None:
         """Take one step's agreed per-rank sync delays; may raise ``LinkFailure``.
 
+        ``reissued``: chunks re-issued in the step (the same count on every rank: each
+        re-issue was agreed). A re-issued chunk's sync delay is its retry's.
         Jitter is the standard deviation of the worst sync delay over the last 8 steps (not
         of comm time, which legitimately swings when a periodic global average runs).
         """
@@ -96,10 +104,17 @@ class LinkHealth:
         self.jitter_s = _std(self._delays)
         self._check_straggler(step, sync_delays)
         value = max(self.sync_delay_s, self.jitter_s)
-        if value > self.threshold_s:
-            self._degraded(step, value, worst)
-        else:
-            self._healthy(step, value)
+        self.reissued += reissued
+        try:
+            if value > self.threshold_s:
+                self._degraded(step, value, worst)
+            elif reissued:  # went through on re-issue: not escalating, not healthy either
+                self.degraded_steps = 0
+                self.healthy_steps = 0
+            else:
+                self._healthy(step, value)
+        finally:
+            self.engine.reissue_after_s = self.reissue_after_s if self.alarmed else None
 
     def _degraded(self, step: int, value: float, worst: int) -> None:
         self.degraded_steps += 1
@@ -107,12 +122,18 @@ class LinkHealth:
         self.engine.set_chunk_bytes(self.engine.chunk_bytes // 2)
         if not self.alarmed:
             self.alarmed = True
+            self.reissued = 0
+            reissue = (
+                f"; chunks late by {self.reissue_after_s:.3f}s are re-issued"
+                if self.reissue_after_s is not None
+                else ""
+            )
             self._alarm(
                 step,
                 value,
                 "raised",
                 f"rank {worst} waited {self.sync_delay_s:.3f}s in a collective (jitter {self.jitter_s:.3f}s); "
-                f"chunks shrunk to {self.engine.chunk_bytes} B",
+                f"chunks shrunk to {self.engine.chunk_bytes} B{reissue}",
             )
         if self.degraded_steps >= self.escalate_after:
             raise LinkFailure(
@@ -128,7 +149,9 @@ class LinkHealth:
             )
         if self.alarmed and self.healthy_steps >= self.clear_after:
             self.alarmed = False
-            self._alarm(step, value, "cleared", "link healthy again")
+            self._alarm(
+                step, value, "cleared", f"link healthy again ({self.reissued} chunks re-issued)"
+            )
 
     def _check_straggler(self, step: int, sync_delays: Sequence[float]) -> None:
         """The rank that waits least inside collectives is the one the others wait for."""

@@ -66,9 +66,8 @@ def probe_links(
     cells = torch.zeros(world_size, world_size, 4, dtype=torch.float64)
     small = torch.zeros(1)
     payload = torch.zeros(max(1, payload_bytes // 4))
-    delay = fault.delay_s if fault is not None and fault.active(rank, step) else 0.0
     # A blip fault delays a probe's first attempt only: its re-issue goes through.
-    retry_delay = 0.0 if fault is not None and fault.blip else delay
+    delay, retry_delay = fault.delays(rank, step) if fault is not None else (0.0, 0.0)
     for i in range(world_size):
         for j in range(i + 1, world_size):
             if rank == i:

@@ -52,6 +52,7 @@ class SyncSession:
         reporter: Reporter | None,
         allocation: AllocationClient | None,
         background_group: dist.ProcessGroup | None = None,
+        spare_group: dist.ProcessGroup | None = None,
     ) -> None:
         self.config = config
         self.reporter = reporter
@@ -77,6 +78,7 @@ class SyncSession:
             chunk_bytes=config.chunk_kb * 1024,
             fault=self.fault,
             step_fn=lambda: self.step + 1,  # collectives during step s+1's backward
+            spare_group=spare_group,
         )
         # The background lane (adaptive's periodic averages): own group, thread and stats,
         # same link; it yields to the step's gradients.
@@ -94,7 +96,10 @@ class SyncSession:
                 yield_to=self.engine.wait_until_idle,
             )
         self.health = LinkHealth(
-            engine=self.engine, threshold_s=config.jitter_threshold_s, reporter=reporter
+            engine=self.engine,
+            threshold_s=config.jitter_threshold_s,
+            reporter=reporter,
+            reissue_after_s=config.reissue_after_s or config.jitter_threshold_s,
         )
         self.strategy: Strategy
         self.figures: dict[str, float] = {}
@@ -143,7 +148,11 @@ class SyncSession:
         table = self._agree(row)
         figures = self.strategy.after_step(self.step, table)
         try:
-            self.health.update(step=self.step, sync_delays=table[:, COL["sync_delay_s"]].tolist())
+            self.health.update(
+                step=self.step,
+                sync_delays=table[:, COL["sync_delay_s"]].tolist(),
+                reissued=int(link["reissued"]),
+            )
             if self.config.probe_every and self.step % self.config.probe_every == 0:
                 self._probe()
         finally:
@@ -153,6 +162,7 @@ class SyncSession:
                 sync_delay_s=self.health.sync_delay_s,
                 jitter_s=self.health.jitter_s,
                 chunk_bytes=float(self.engine.chunk_bytes),
+                reissued=link["reissued"],
                 link_rate_bps=rate * 8 if rate is not None else 0.0,
             )
             self.figures = figures
@@ -165,7 +175,8 @@ class SyncSession:
         Keys: ``comm_time_s``, ``comm_busy_s``, ``bytes_sent`` (ring wire bytes this rank
         sent), ``payload_bytes``, ``collectives``, ``busbw_bps`` (wire bits per second of
         busy comm time), and the strategy's and link monitor's figures (``exposed_comm_s``,
-        ``sync_delay_s``, ``jitter_s``, ``chunk_bytes``, ``link_rate_bps``; adaptive adds
+        ``sync_delay_s``, ``jitter_s``, ``chunk_bytes``, ``reissued``, ``link_rate_bps``;
+        adaptive adds
         ``drift``, ``sync_period``, ``grad_norm_var``, ``loss_descent_rate``,
         ``critical_fraction``, ``sync_enhanced``).
         """
@@ -268,6 +279,10 @@ def wrap(
     group = dist.new_group(ranks=ranks)
     table_group = dist.new_group(ranks=ranks)
     background_group = dist.new_group(ranks=ranks) if cfg.sync == p.SYNC_ADAPTIVE else None
+    # Re-issue of late chunks needs a spare group, and an engine that is the only user of its
+    # group: full and adaptive (torch's PowerSGD/local SGD hooks issue on it themselves).
+    reissue = cfg.sync in (p.SYNC_FULL, p.SYNC_ADAPTIVE) and cfg.reissue_after_s != 0
+    spare_group = dist.new_group(ranks=ranks) if reissue else None
     if reporter is None:
         reporter = Reporter.from_env(cfg)
     if allocation is None:
@@ -284,6 +299,7 @@ def wrap(
         reporter=reporter,
         allocation=allocation,
         background_group=background_group,
+        spare_group=spare_group,
     )
     session.strategy = build(
         engine=session.engine,
