@@ -34,6 +34,10 @@ HEATMAP_METRICS = {
     "latency_ms": "latency (ms)",
     "jitter_ms": "jitter (ms)",
 }
+# A re-issued pair (first probe slow, probed again) keeps its colour; its label gets a mark
+# and its hover text says why. (job.js drawHeatmap mirrors both.)
+REISSUED_MARK = " ↻"
+REISSUED_NOTE = " · re-issued (first probe slow, probed again)"
 
 
 def derive(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,15 +202,21 @@ def drift_figure(
 def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") -> Figure:
     """Rank × rank link health: cells coloured by health state, labelled with ``metric``.
 
-    Unmeasured cells stay blank. ``matrix`` is ``telemetry.series.link_matrix`` output.
+    Unmeasured cells stay blank; re-issued cells are marked (``REISSUED_MARK``, and
+    ``REISSUED_NOTE`` on hover). ``matrix`` is ``telemetry.series.link_matrix`` output.
     """
     if metric not in HEATMAP_METRICS:
         raise ValueError(f"unknown heatmap metric {metric!r}")
     ranks = list(matrix.get("ranks", []))
     states = matrix.get("state", [])
     values = matrix.get(metric, [])
+    reissued = matrix.get("reissued") or [[None] * len(row) for row in values]
     z = [[STATE_CODES.get(s) if s is not None else None for s in row] for row in states]
-    text = [[_fmt(v) for v in row] for row in values]
+    text = [
+        [_fmt(v) + (REISSUED_MARK if again else "") for v, again in zip(row, flags, strict=True)]
+        for row, flags in zip(values, reissued, strict=True)
+    ]
+    notes = [[REISSUED_NOTE if again else "" for again in flags] for flags in reissued]
     colours = [HEALTH_COLOURS["ok"], HEALTH_COLOURS["degraded"], HEALTH_COLOURS["down"]]
     trace = {
         "type": "heatmap",
@@ -214,6 +224,7 @@ def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") ->
         "y": [f"rank {r}" for r in ranks],
         "z": z,
         "text": text,
+        "customdata": notes,
         "texttemplate": "%{text}",
         "zmin": 0,
         "zmax": 2,
@@ -226,13 +237,18 @@ def heatmap_figure(matrix: Mapping[str, Any], metric: str = "bandwidth_mbps") ->
             [1.0, colours[2]],
         ],
         "showscale": False,
-        "hovertemplate": "%{y} → %{x}: %{text}<extra></extra>",
+        "hovertemplate": "%{y} → %{x}: %{text}%{customdata}<extra></extra>",
         "xgap": 2,
         "ygap": 2,
     }
     layout = _layout(f"Link health · {HEATMAP_METRICS[metric]}", "", "")
     layout["yaxis"] = {"autorange": "reversed"}
-    return {"data": [trace], "layout": layout, "meta": {"metric": metric, "measured": _count(z)}}
+    meta = {
+        "metric": metric,
+        "measured": _count(z),
+        "reissued": sum(bool(again) for flags in reissued for again in flags),
+    }
+    return {"data": [trace], "layout": layout, "meta": meta}
 
 
 def stacked_area_figure(

@@ -172,6 +172,7 @@ def _cells(job: Job) -> list[LinkCell]:
             jitter_s=link.jitter_s,
             state=link.state,
             step=link.step,
+            reissued=link.reissued,
         )
         for link in job.links.all()
     ]

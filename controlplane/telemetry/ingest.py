@@ -226,6 +226,7 @@ def _link_row(job: Job, cell: LinkCell, when: dt.datetime) -> LinkState:
         latency_s=cell.latency_s,
         jitter_s=cell.jitter_s,
         state=cell.state,
+        reissued=cell.reissued,
         step=cell.step,
         measured_at=when,
     )
@@ -242,6 +243,7 @@ def _upsert_links(rows: list[LinkState]) -> None:
                 "latency_s",
                 "jitter_s",
                 "state",
+                "reissued",
                 "step",
                 "measured_at",
             ],
@@ -258,6 +260,7 @@ def _cell_json(cell: LinkCell) -> dict[str, Any]:
         "latency_ms": m["latency_ms"][cell.src][cell.dst],
         "jitter_ms": m["jitter_ms"][cell.src][cell.dst],
         "state": cell.state,
+        "reissued": cell.reissued,
     }
 
 

@@ -72,6 +72,8 @@ class LinkState(models.Model):
     latency_s = models.FloatField(null=True, blank=True)
     jitter_s = models.FloatField(null=True, blank=True)
     state = models.CharField(max_length=20, default="ok")
+    # The first probe was slower than the jitter threshold; the figures are the better of two.
+    reissued = models.BooleanField(default=False)
     step = models.PositiveIntegerField(null=True, blank=True)
     measured_at = models.DateTimeField()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 Point = tuple[float, float | None]
@@ -67,7 +67,11 @@ def downsample_columns(
 
 @dataclass(frozen=True)
 class LinkCell:
-    """The latest measurement of the path from rank ``src`` to rank ``dst``."""
+    """The latest measurement of the path from rank ``src`` to rank ``dst``.
+
+    ``reissued``: the first probe of the pair was slower than the jitter threshold, so the
+    pair was probed once more and the better result is the one reported.
+    """
 
     src: int
     dst: int
@@ -76,16 +80,18 @@ class LinkCell:
     jitter_s: float | None
     state: str
     step: int | None
+    reissued: bool = False
 
 
 def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
     """Return the cells a ``link`` message carries; [] when it carries none.
 
     Two shapes are accepted, both from ``workers.runtime.reporter``: one pair
-    (``src``, ``dst``, ``bandwidth_bps``, ``latency_s``, ``jitter_s``, ``state``) or a
-    probe matrix (``bandwidth_bps``/``latency_s``/``jitter_s`` as rank × rank lists, and
-    ``state`` as a matrix or one string). Missing figures are None; unknown states read
-    as "ok" only when absent, else as "degraded" (unknown is not healthy).
+    (``src``, ``dst``, ``bandwidth_bps``, ``latency_s``, ``jitter_s``, ``state``,
+    ``reissued``) or a probe matrix (``bandwidth_bps``/``latency_s``/``jitter_s`` as
+    rank × rank lists, and ``state`` and ``reissued`` each as a matrix or one value).
+    Missing figures are None; unknown states read as "ok" only when absent, else as
+    "degraded" (unknown is not healthy); ``reissued`` is True only when it says true.
     """
     step = _opt_int(data.get("step"))
     if "src" in data and "dst" in data:
@@ -101,13 +107,14 @@ def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
                 jitter_s=_opt_float(data.get("jitter_s")),
                 state=_state(data.get("state")),
                 step=step,
+                reissued=_flag(data.get("reissued")),
             )
         ]
     matrices = {f: data.get(f) for f in LINK_FIELDS if isinstance(data.get(f), list)}
     if not matrices:
         return []
     n = max(len(m) for m in matrices.values())
-    states = data.get("state")
+    states, reissued = data.get("state"), data.get("reissued")
     cells = []
     for i in range(n):
         for j in range(n):
@@ -115,6 +122,7 @@ def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
                 continue
             figures = {f: _opt_float(_at(m, i, j)) for f, m in matrices.items()}
             state = _at(states, i, j) if isinstance(states, list) else states
+            again = _at(reissued, i, j) if isinstance(reissued, list) else reissued
             cells.append(
                 LinkCell(
                     src=i,
@@ -124,17 +132,19 @@ def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
                     jitter_s=figures.get("jitter_s"),
                     state=_state(state),
                     step=step,
+                    reissued=_flag(again),
                 )
             )
     return cells
 
 
 def link_matrix(cells: Iterable[LinkCell], world_size: int) -> dict[str, Any]:
-    """Return rank × rank matrices (``bandwidth_mbps``, ``latency_ms``, ``jitter_ms``, ``state``).
+    """Return rank × rank matrices (``bandwidth_mbps``, ``latency_ms``, ``jitter_ms``,
+    ``state``, ``reissued``).
 
-    Unmeasured cells (and the diagonal) are None; a pair measured one way only shows in
-    both cells. Cells outside ``world_size`` widen it: the run knows its ranks better than a
-    stale spec.
+    Unmeasured cells (and the diagonal) are None, in ``reissued`` too (unmeasured is not
+    "measured once"); a pair measured one way only shows in both cells. Cells outside
+    ``world_size`` widen it: the run knows its ranks better than a stale spec.
     """
     cells = list(cells)
     n = max([world_size, *[max(c.src, c.dst) + 1 for c in cells]])
@@ -145,20 +155,18 @@ def link_matrix(cells: Iterable[LinkCell], world_size: int) -> dict[str, Any]:
         "latency_ms": [row[:] for row in empty],
         "jitter_ms": [row[:] for row in empty],
         "state": [row[:] for row in empty],
+        "reissued": [row[:] for row in empty],
     }
     direct = {(c.src, c.dst) for c in cells}
     # A probe times a round trip, so it measures the pair both ways: a pair probed one way
     # only (the runtime probes src < dst) fills its mirror cell too.
-    mirrored = [
-        LinkCell(c.dst, c.src, c.bandwidth_bps, c.latency_s, c.jitter_s, c.state, c.step)
-        for c in cells
-        if (c.dst, c.src) not in direct
-    ]
+    mirrored = [replace(c, src=c.dst, dst=c.src) for c in cells if (c.dst, c.src) not in direct]
     for c in [*mirrored, *cells]:
         out["bandwidth_mbps"][c.src][c.dst] = _scaled(c.bandwidth_bps, 1e-6)
         out["latency_ms"][c.src][c.dst] = _scaled(c.latency_s, 1e3)
         out["jitter_ms"][c.src][c.dst] = _scaled(c.jitter_s, 1e3)
         out["state"][c.src][c.dst] = c.state
+        out["reissued"][c.src][c.dst] = c.reissued
     return out
 
 
@@ -213,6 +221,11 @@ def _state(value: Any) -> str:
         return "ok"
     text = str(value)
     return text if text in LINK_STATES else "degraded"
+
+
+def _flag(value: Any) -> bool:
+    # Only a JSON true counts: a stray "false" string or a 1 is not a claim of a re-probe.
+    return value is True
 
 
 def _number(value: Any) -> bool:

@@ -76,6 +76,18 @@ def test_the_heatmap_colours_cells_by_state_and_labels_them_with_the_chosen_figu
         charts.heatmap_figure(matrix, "colour")
 
 
+def test_a_reissued_pair_keeps_its_colour_and_is_marked_in_its_label_and_hover_text():
+    cells = link_cells({"src": 0, "dst": 1, "bandwidth_bps": 9e8, "reissued": True})
+    cells += link_cells({"src": 1, "dst": 0, "bandwidth_bps": 1e9})
+    fig = charts.heatmap_figure(link_matrix(cells, world_size=2))
+    trace = fig["data"][0]
+    assert trace["z"] == [[None, 0], [0, None]]
+    assert trace["text"] == [["", "900 ↻"], ["1000", ""]]
+    assert trace["customdata"][0][1] == charts.REISSUED_NOTE and trace["customdata"][1][0] == ""
+    assert "%{customdata}" in trace["hovertemplate"]
+    assert fig["meta"]["reissued"] == 1
+
+
 def test_stacked_area_has_one_stacked_trace_per_tenant():
     fig = charts.stacked_area_figure(
         "Allocation", "Mbit/s", {"speech": {"x": [1], "y": [2]}, "vision": {"x": [1], "y": [3]}}

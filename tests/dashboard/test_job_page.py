@@ -76,6 +76,38 @@ def test_a_member_sees_every_chart_the_alarm_list_and_the_heatmap(client, alice,
     assert response.context["history"]["alarms"][0]["kind"] == "sync_drift"
 
 
+def test_a_reissued_pair_is_marked_on_the_page_and_in_its_history(client, alice, visions_job):
+    for src, dst, reissued in ((0, 1, True), (1, 0, False)):
+        LinkState.objects.create(
+            job=visions_job,
+            src=src,
+            dst=dst,
+            bandwidth_bps=8e8,
+            reissued=reissued,
+            measured_at=timezone.now(),
+        )
+    client_for(client, alice)
+
+    response = client.get(reverse("job-detail", args=[visions_job.pk]))
+
+    assert response.context["history"]["links"]["reissued"] == [[None, True], [False, None]]
+    heatmap = response.context["figures"]["heatmap"]
+    assert heatmap["data"][0]["text"] == [["", "800 ↻"], ["800", ""]]
+    assert 'id="reissued-key" title=' in response.text  # the key shows: it applies
+    history = client.get(reverse("job-history", args=[visions_job.pk])).json()
+    assert history["links"]["reissued"] == [[None, True], [False, None]]
+
+
+def test_a_link_stored_without_reissued_reads_as_measured_once(client, alice, visions_job):
+    LinkState.objects.create(job=visions_job, src=0, dst=1, measured_at=timezone.now())
+
+    response = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk]))
+
+    assert response.context["history"]["links"]["reissued"] == [[None, False], [False, None]]
+    assert response.context["figures"]["heatmap"]["meta"]["reissued"] == 0
+    assert 'id="reissued-key" hidden' in response.text
+
+
 def test_another_tenants_member_gets_404_for_the_page_and_its_history(client, bob, visions_job):
     client_for(client, bob)
     assert client.get(reverse("job-detail", args=[visions_job.pk])).status_code == 404

@@ -149,8 +149,32 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
             "latency_ms": 2.0,
             "jitter_ms": 0.1,
             "state": "ok",
+            "reissued": False,  # an older runtime does not say: measured once
         }
     ]
+
+
+def test_a_reissued_link_is_stored_and_forwarded_as_reissued_until_a_later_probe_is_not(
+    private_redis, job
+):
+    from controlplane.telemetry.models import LinkState
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(job_group(job.pk), channel)
+    link = {"src": 0, "dst": 1, "bandwidth_bps": 9e8, "latency_s": 0.002, "ts": 1.0, "rank": 0}
+    report(private_redis, job.pk, "link", step=1, reissued=True, **link)
+    ingest = Ingest(client=private_redis)
+    ingest.step(block_ms=10)
+    ingest.flush()
+
+    assert LinkState.objects.get(job=job).reissued
+    payload = async_to_sync(receive_one)(layer, channel)["payload"]
+    assert payload["data"]["cells"][0]["reissued"] is True
+
+    report(private_redis, job.pk, "link", step=2, reissued=False, **link)
+    ingest.step(block_ms=10)
+    assert not LinkState.objects.get(job=job).reissued
 
 
 async def receive_n(layer, channel: str, n: int) -> list[dict]:

@@ -74,6 +74,30 @@ def test_a_probe_matrix_gives_every_off_diagonal_cell():
     assert cells[(1, 0)].latency_s == 0.002 and cells[(2, 0)].latency_s is None
 
 
+def test_a_pair_is_reissued_only_when_the_message_says_true():
+    (again,) = link_cells({"src": 0, "dst": 1, "reissued": True})
+    (once,) = link_cells({"src": 0, "dst": 1})
+    (odd,) = link_cells({"src": 0, "dst": 1, "reissued": "false"})
+    assert (again.reissued, once.reissued, odd.reissued) == (True, False, False)
+
+
+def test_a_probe_matrix_may_carry_reissued_as_a_matrix_or_omit_it():
+    bandwidth = [[0, 1e9, 2e9], [1e9, 0, 5e8], [2e9, 5e8, 0]]
+    reissued = [[False, False, True], [False, False], [True]]  # ragged: missing is False
+    cells = {
+        (c.src, c.dst): c for c in link_cells({"bandwidth_bps": bandwidth, "reissued": reissued})
+    }
+    assert {pair for pair, c in cells.items() if c.reissued} == {(0, 2), (2, 0)}
+    assert not any(c.reissued for c in link_cells({"bandwidth_bps": bandwidth}))
+
+
+def test_the_matrix_marks_reissued_pairs_both_ways_and_leaves_unmeasured_ones_none():
+    cells = link_cells({"src": 0, "dst": 1, "bandwidth_bps": 1e9, "reissued": True})
+    cells += link_cells({"src": 1, "dst": 2, "bandwidth_bps": 1e9})
+    m = link_matrix(cells, world_size=3)
+    assert m["reissued"] == [[None, True, None], [True, None, False], [None, False, None]]
+
+
 def test_an_unknown_state_is_not_reported_as_healthy():
     (cell,) = link_cells({"src": 0, "dst": 1, "state": "wobbly"})
     assert cell.state == "degraded"

@@ -97,29 +97,35 @@
 
   // --- link health heatmap ---
   const CODES = { ok: 0, degraded: 1, down: 2 };
+  // Mirror of charts.REISSUED_MARK / REISSUED_NOTE: a re-issued pair keeps its colour.
+  const REISSUED_MARK = " ↻", REISSUED_NOTE = " · re-issued (first probe slow, probed again)";
   function drawHeatmap() {
     const m = state.links, metric = state.heatmapMetric;
     const fig = figures.heatmap;
     const trace = Object.assign({}, fig.data[0], {
       x: m.ranks.map((r) => "to " + r), y: m.ranks.map((r) => "rank " + r),
       z: m.state.map((row) => row.map((s) => (s === null ? null : CODES[s]))),
-      text: m[metric].map((row) => row.map(fmt)),
+      text: m[metric].map((row, i) => row.map((v, j) => fmt(v) + (m.reissued[i][j] ? REISSUED_MARK : ""))),
+      customdata: m.reissued.map((row) => row.map((again) => (again ? REISSUED_NOTE : ""))),
     });
     const label = { bandwidth_mbps: "bandwidth (Mbit/s)", latency_ms: "latency (ms)", jitter_ms: "jitter (ms)" }[metric];
     const layout = Object.assign({}, fig.layout, { title: { text: "Link health · " + label, font: { size: 14 } } });
     Plotly.react("chart-heatmap", [trace], layout, { displayModeBar: false, responsive: true });
     state.measured = m.state.flat().filter((s) => s !== null).length;
+    state.reissued = m.reissued.flat().filter(Boolean).length;
+    document.getElementById("reissued-key").hidden = !state.reissued;  // the key only when it applies
   }
   // Mirror of charts._fmt: three significant digits, whole numbers from 100 up.
   function fmt(v) {
     if (v === null || v === undefined) return "";
     return Math.abs(v) >= 100 ? Math.round(v).toString() : String(Number(Number(v).toPrecision(3)));
   }
+  const LINK_KEYS = ["bandwidth_mbps", "latency_ms", "jitter_ms", "state", "reissued"];
   function grow(n) {
     const m = state.links;
     while (m.ranks.length < n) {
       m.ranks.push(m.ranks.length);
-      ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => {
+      LINK_KEYS.forEach((k) => {
         m[k].forEach((row) => row.push(null));
         m[k].push(new Array(m.ranks.length).fill(null));
       });
@@ -132,7 +138,7 @@
     (data.cells || []).forEach((c) => {
       grow(Math.max(c.src, c.dst) + 1);
       direct.add(c.src + ">" + c.dst);
-      const put = (i, j) => ["bandwidth_mbps", "latency_ms", "jitter_ms", "state"].forEach((k) => { state.links[k][i][j] = c[k]; });
+      const put = (i, j) => LINK_KEYS.forEach((k) => { state.links[k][i][j] = c[k]; });
       put(c.src, c.dst);
       if (!direct.has(c.dst + ">" + c.src)) put(c.dst, c.src);
     });
