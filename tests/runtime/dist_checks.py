@@ -301,6 +301,26 @@ def check_fault() -> dict[str, Any]:
     return out
 
 
+def check_spike() -> dict[str, Any]:
+    """One slow step (rank 1's collectives 0.5 s late at step 3 only), threshold 0.1 s."""
+    cfg = RuntimeConfig.from_env(
+        sync="full", fault="rank=1,from_step=3,until_step=4,delay_s=0.5", jitter_threshold_s=0.1
+    )
+    reporter = Reporter.from_env(cfg)
+    model, opt = wrapped(cfg, reporter=reporter)
+    jitter, failed_at = [], None
+    for step in range(1, 13):
+        try:
+            train_one(model, opt, step)
+        except LinkFailure:
+            failed_at = step
+            break
+        jitter.append(model.session.pop_step_stats()["jitter_s"])
+    model.session.close()
+    reporter.close()
+    return {"failed_at": failed_at, "jitter": jitter}
+
+
 def check_reissue() -> dict[str, Any]:
     """A blip on full sync: rank 1's first attempts are 0.2 s late for 10 steps (3 to 12).
 
@@ -566,6 +586,7 @@ CHECKS = {
         check_throttle,
         check_drift,
         check_fault,
+        check_spike,
         check_reissue,
         check_probes,
         check_local_step_scale,

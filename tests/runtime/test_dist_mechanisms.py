@@ -210,6 +210,19 @@ def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
     assert "rank 1 arrives last" in straggler["detail"]
 
 
+def test_one_slow_step_raises_link_degraded_but_does_not_escalate(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    result = run_check("spike", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="58")
+    assert result["failed_at"] is None and len(result["jitter"]) == 12
+    # The spike moves the jitter estimate by about 1/16 of 0.5 s twice (up, then down), under
+    # the 0.1 s threshold, and it decays after.
+    assert max(result["jitter"]) < 0.1 and result["jitter"][-1] < max(result["jitter"])
+    raised, cleared = alarms(r, "58", p.ALARM_LINK_DEGRADED)
+    assert (raised["state"], raised["step"]) == ("raised", 3)
+    assert (cleared["state"], cleared["step"]) == ("cleared", 6)  # 3 healthy steps after
+
+
 def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalates_without(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:

@@ -5,7 +5,7 @@ ranks take identical decisions (chunk size must match across ranks or collective
 mismatch). The ladder on a slow link:
 
 1. a step whose worst sync delay (time a rank sat inside a collective, mostly waiting for a
-   late peer) or comm-time jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the
+   late peer) or that delay's jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the
    chunk size (multiplicative decrease), raise ``link_degraded`` once, and re-issue late
    chunks from the next step on (below);
 2. healthy steps grow the chunk again (additive increase); ``clear_after`` healthy steps in a
@@ -25,8 +25,6 @@ re-issue is what hides it. A slow link *probe* is re-issued once too (``probes.p
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Sequence
 
 from workers.runtime import protocol as p
@@ -34,6 +32,7 @@ from workers.runtime.engine import CommEngine
 from workers.runtime.reporter import Reporter
 
 CHUNK_STEP_BYTES = 128 * 1024
+JITTER_GAIN = 1 / 16  # RFC 3550's gain for interarrival jitter
 
 
 class LinkFailure(RuntimeError):
@@ -60,7 +59,7 @@ class LinkHealth:
         "sync_delay_s",
         "reissue_after_s",
         "reissued",
-        "_delays",
+        "_last_delay",
     )
 
     def __init__(
@@ -88,20 +87,26 @@ class LinkHealth:
         # None: never re-issue (no spare group, or a strategy whose hooks bypass the engine).
         self.reissue_after_s = reissue_after_s if engine.reissuer is not None else None
         self.reissued = 0  # chunks re-issued since the alarm was raised
-        self._delays: deque[float] = deque(maxlen=8)
+        self._last_delay: float | None = None
 
     def update(self, *, step: int, sync_delays: Sequence[float], reissued: int = 0) -> None:
         """Take one step's agreed per-rank sync delays; may raise ``LinkFailure``.
 
         ``reissued``: chunks re-issued in the step (the same count on every rank: each
         re-issue was agreed). A re-issued chunk's sync delay is its retry's.
-        Jitter is the standard deviation of the worst sync delay over the last 8 steps (not
-        of comm time, which legitimately swings when a periodic global average runs).
+        Jitter follows the worst sync delay (not comm time, which legitimately swings when a
+        periodic global average runs) with RFC 3550's interarrival-jitter estimator: the
+        mean absolute change between steps, smoothed with gain ``JITTER_GAIN``. A one-off
+        spike moves it by about 1/8 of its size; sustained swings move it to their size.
+        (A standard deviation over the last 8 steps, used before, kept one spike 3x the
+        threshold above it for 8 steps: long enough to escalate.)
         """
         worst = max(range(len(sync_delays)), key=lambda r: sync_delays[r]) if sync_delays else 0
         self.sync_delay_s = sync_delays[worst] if sync_delays else 0.0
-        self._delays.append(self.sync_delay_s)
-        self.jitter_s = _std(self._delays)
+        if self._last_delay is not None:
+            change = abs(self.sync_delay_s - self._last_delay)
+            self.jitter_s += (change - self.jitter_s) * JITTER_GAIN
+        self._last_delay = self.sync_delay_s
         self._check_straggler(step, sync_delays)
         value = max(self.sync_delay_s, self.jitter_s)
         self.reissued += reissued
@@ -182,9 +187,3 @@ class LinkHealth:
                 detail=detail,
             )
 
-
-def _std(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

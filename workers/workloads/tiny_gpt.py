@@ -48,6 +48,7 @@ REPORTED_FIGURES = (
     "sync_delay_s",
     "jitter_s",
     "chunk_bytes",
+    "reissued",
     "link_rate_bps",
     "drift",
     "sync_period",
@@ -334,7 +335,7 @@ def train(
     rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(args.run_dir)
     saved_step = start
-    run_started, total_bytes, total_comm = time.perf_counter(), 0, 0.0
+    run_started, total_bytes, total_comm, reissued = time.perf_counter(), 0, 0.0, 0
     metrics: dict[str, float | int] = {}
     for step in range(start + 1, args.steps + 1):
         t0 = time.perf_counter()
@@ -352,6 +353,7 @@ def train(
         comm = model.session.pop_step_stats()
         total_bytes += int(comm["bytes_sent"])
         total_comm += comm["comm_time_s"]
+        reissued += int(comm.get("reissued", 0))
         last = step == args.steps
         samples_per_s = args.batch_size * world / step_time
         metrics = {
@@ -399,6 +401,7 @@ def train(
         "samples_per_s": steps_run * args.batch_size * world / wall if wall > 0 else 0.0,
         "bytes_per_step": total_bytes / max(1, steps_run),
         "comm_time_per_step_s": total_comm / max(1, steps_run),
+        "reissued": reissued,  # gradient chunks re-issued on a degraded link
         "val_loss": metrics.get("val_loss"),
         "link_rate_bps": metrics.get("link_rate_bps"),
     }
