@@ -186,4 +186,3 @@ class LinkHealth:
                 state=state,
                 detail=detail,
             )
-
