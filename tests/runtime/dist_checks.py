@@ -359,6 +359,21 @@ def check_reissue() -> dict[str, Any]:
         }
         model.session.close()
         reporter.close()
+    # Adaptive's critical buckets go through the same path (warm-up 2 steps, then selective).
+    cfg = base_cfg(sync="adaptive", fault=fault, jitter_threshold_s=0.1, warmup_steps=2)
+    model, opt = wrapped(cfg)
+    reissued = []
+    for step in range(1, 21):
+        train_one(model, opt, step)
+        reissued.append(model.session.pop_step_stats()["reissued"])
+    attn = torch.cat([model.module.attn.weight.detach().reshape(-1), model.module.attn.bias])
+    everyone = [torch.zeros_like(attn) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, attn.detach())
+    out["adaptive"] = {
+        "reissued": reissued,
+        "critical_equal": all(torch.equal(everyone[0], t) for t in everyone),
+    }
+    model.session.close()
     return out
 
 

@@ -246,6 +246,12 @@ def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalate
     assert cleared["state"] == "cleared" and cleared["step"] >= 15
     assert f"({int(sum(reissued))} chunks re-issued)" in cleared["detail"]
     assert "re-issued" not in alarms(r, "57-off", p.ALARM_LINK_DEGRADED)[0]["detail"]
+    # Adaptive (selective after step 2): the run goes through, its critical buckets are
+    # re-issued during the blip, and the critical parameters stay identical on both ranks.
+    adaptive = result["adaptive"]
+    assert all(n >= 1 for n in adaptive["reissued"][3:12]), adaptive
+    assert adaptive["reissued"][-3:] == [0, 0, 0], adaptive
+    assert adaptive["critical_equal"] is True
 
 
 def test_probes_measure_the_link_matrix_and_flag_a_slow_rank(
