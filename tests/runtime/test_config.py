@@ -70,6 +70,12 @@ def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], mes
         RuntimeConfig.from_env(env)
 
 
+def test_the_reissue_wait_defaults_to_the_jitter_threshold_and_zero_turns_it_off() -> None:
+    assert RuntimeConfig(jitter_threshold_s=0.1).reissue_wait_s == 0.1
+    assert RuntimeConfig(jitter_threshold_s=0.1, reissue_after_s=0.03).reissue_wait_s == 0.03
+    assert RuntimeConfig(reissue_after_s=0.0).reissue_wait_s is None
+
+
 def test_it_is_frozen() -> None:
     cfg = RuntimeConfig()
     with pytest.raises(AttributeError):

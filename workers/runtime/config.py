@@ -117,6 +117,13 @@ class RuntimeConfig:
         """Return True when a control plane is wired (Redis URL and job id both set)."""
         return self.redis_url is not None and self.job_id is not None
 
+    @property
+    def reissue_wait_s(self) -> float | None:
+        """Seconds a late chunk waits before its re-issue (None: never re-issued)."""
+        if self.reissue_after_s == 0:
+            return None
+        return self.jitter_threshold_s if self.reissue_after_s is None else self.reissue_after_s
+
     def with_(self, **changes: Any) -> RuntimeConfig:
         """Return a copy with ``changes`` applied (and validated again)."""
         return replace(self, **changes)

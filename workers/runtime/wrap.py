@@ -99,7 +99,7 @@ class SyncSession:
             engine=self.engine,
             threshold_s=config.jitter_threshold_s,
             reporter=reporter,
-            reissue_after_s=config.reissue_after_s or config.jitter_threshold_s,
+            reissue_after_s=config.reissue_wait_s,
         )
         self.strategy: Strategy
         self.figures: dict[str, float] = {}
@@ -176,8 +176,7 @@ class SyncSession:
         sent), ``payload_bytes``, ``collectives``, ``busbw_bps`` (wire bits per second of
         busy comm time), and the strategy's and link monitor's figures (``exposed_comm_s``,
         ``sync_delay_s``, ``jitter_s``, ``chunk_bytes``, ``reissued``, ``link_rate_bps``;
-        adaptive adds
-        ``drift``, ``sync_period``, ``grad_norm_var``, ``loss_descent_rate``,
+        adaptive adds ``drift``, ``sync_period``, ``grad_norm_var``, ``loss_descent_rate``,
         ``critical_fraction``, ``sync_enhanced``).
         """
         out = self.stats.pop()
@@ -281,7 +280,7 @@ def wrap(
     background_group = dist.new_group(ranks=ranks) if cfg.sync == p.SYNC_ADAPTIVE else None
     # Re-issue of late chunks needs a spare group, and an engine that is the only user of its
     # group: full and adaptive (torch's PowerSGD/local SGD hooks issue on it themselves).
-    reissue = cfg.sync in (p.SYNC_FULL, p.SYNC_ADAPTIVE) and cfg.reissue_after_s != 0
+    reissue = cfg.sync in (p.SYNC_FULL, p.SYNC_ADAPTIVE) and cfg.reissue_wait_s is not None
     spare_group = dist.new_group(ranks=ranks) if reissue else None
     if reporter is None:
         reporter = Reporter.from_env(cfg)
