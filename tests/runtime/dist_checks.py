@@ -173,6 +173,20 @@ def train_one(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> float:
     return float(loss)
 
 
+def train_until_link_failure(
+    model: SynclaneDDP, opt: torch.optim.Optimizer, steps: int, figure: str
+) -> tuple[list[float], list[float], int | None]:
+    """Train steps 1..``steps``; return losses, one step figure per step, the failed step."""
+    losses, figures = [], []
+    for step in range(1, steps + 1):
+        try:
+            losses.append(train_one(model, opt, step))
+        except LinkFailure:
+            return losses, figures, step
+        figures.append(model.session.pop_step_stats()[figure])
+    return losses, figures, None
+
+
 def link_paced_at(mbps: float) -> TokenBucket:
     """A token bucket at an emulated link of ``mbps`` (no allocation, no fault)."""
     return TokenBucket(
@@ -284,14 +298,7 @@ def check_fault() -> dict[str, Any]:
     )
     reporter = Reporter.from_env(cfg)
     model, opt = wrapped(cfg, reporter=reporter)
-    chunks, failed_at = [], None
-    for step in range(1, 20):
-        try:
-            train_one(model, opt, step)
-        except LinkFailure:
-            failed_at = step
-            break
-        chunks.append(model.session.pop_step_stats()["chunk_bytes"])
+    _, chunks, failed_at = train_until_link_failure(model, opt, 19, "chunk_bytes")
     failed = torch.tensor([failed_at or -1])
     everyone = [torch.zeros_like(failed) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, failed)
@@ -308,14 +315,7 @@ def check_spike() -> dict[str, Any]:
     )
     reporter = Reporter.from_env(cfg)
     model, opt = wrapped(cfg, reporter=reporter)
-    jitter, failed_at = [], None
-    for step in range(1, 13):
-        try:
-            train_one(model, opt, step)
-        except LinkFailure:
-            failed_at = step
-            break
-        jitter.append(model.session.pop_step_stats()["jitter_s"])
+    _, jitter, failed_at = train_until_link_failure(model, opt, 12, "jitter_s")
     model.session.close()
     reporter.close()
     return {"failed_at": failed_at, "jitter": jitter}
@@ -340,14 +340,7 @@ def check_reissue() -> dict[str, Any]:
             cfg = cfg.with_(job_id=f"{cfg.job_id}-{label}")
         reporter = Reporter.from_env(cfg)
         model, opt = wrapped(cfg, reporter=reporter)
-        losses, reissued, failed_at = [], [], None
-        for step in range(1, 21):
-            try:
-                losses.append(train_one(model, opt, step))
-            except LinkFailure:
-                failed_at = step
-                break
-            reissued.append(model.session.pop_step_stats()["reissued"])
+        losses, reissued, failed_at = train_until_link_failure(model, opt, 20, "reissued")
         params = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
         everyone = [torch.zeros_like(params) for _ in range(dist.get_world_size())]
         dist.all_gather(everyone, params)
@@ -362,14 +355,12 @@ def check_reissue() -> dict[str, Any]:
     # Adaptive's critical buckets go through the same path (warm-up 2 steps, then selective).
     cfg = base_cfg(sync="adaptive", fault=fault, jitter_threshold_s=0.1, warmup_steps=2)
     model, opt = wrapped(cfg)
-    reissued = []
-    for step in range(1, 21):
-        train_one(model, opt, step)
-        reissued.append(model.session.pop_step_stats()["reissued"])
+    _, reissued, failed_at = train_until_link_failure(model, opt, 20, "reissued")
     attn = torch.cat([model.module.attn.weight.detach().reshape(-1), model.module.attn.bias])
     everyone = [torch.zeros_like(attn) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, attn.detach())
     out["adaptive"] = {
+        "failed_at": failed_at,
         "reissued": reissued,
         "critical_equal": all(torch.equal(everyone[0], t) for t in everyone),
     }

@@ -249,6 +249,7 @@ def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalate
     # Adaptive (selective after step 2): the run goes through, its critical buckets are
     # re-issued during the blip, and the critical parameters stay identical on both ranks.
     adaptive = result["adaptive"]
+    assert adaptive["failed_at"] is None
     assert all(n >= 1 for n in adaptive["reissued"][3:12]), adaptive
     assert adaptive["reissued"][-3:] == [0, 0, 0], adaptive
     assert adaptive["critical_equal"] is True

@@ -36,6 +36,14 @@ async def receive_one(layer, channel: str) -> dict:
     return await asyncio.wait_for(layer.receive(channel), timeout=10)
 
 
+def listen(group: str):
+    """Return the channel layer and a new channel subscribed to ``group``."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    return layer, channel
+
+
 def metrics(step: int, ts: float, **extra) -> dict:
     return {
         "step": step,
@@ -86,9 +94,7 @@ def test_it_opens_and_clears_alarms(private_redis, job):
 
 
 def test_it_forwards_every_message_to_the_jobs_group(private_redis, job):
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(job_group(job.pk), channel)
+    layer, channel = listen(job_group(job.pk))
     report(private_redis, job.pk, "metrics", **metrics(3, ts=1.0))
 
     Ingest(client=private_redis).step(block_ms=10)
@@ -124,9 +130,7 @@ def test_it_keeps_the_latest_state_of_each_link_and_forwards_cells_in_page_units
 ):
     from controlplane.telemetry.models import LinkState
 
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(job_group(job.pk), channel)
+    layer, channel = listen(job_group(job.pk))
     link = {"src": 0, "dst": 1, "latency_s": 0.002, "jitter_s": 0.0001, "ts": 1.0, "rank": 0}
     report(private_redis, job.pk, "link", step=1, bandwidth_bps=9e8, state="ok", **link)
     report(private_redis, job.pk, "link", step=2, bandwidth_bps=1e8, state="degraded", **link)
@@ -159,9 +163,7 @@ def test_a_reissued_link_is_stored_and_forwarded_as_reissued_until_a_later_probe
 ):
     from controlplane.telemetry.models import LinkState
 
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(job_group(job.pk), channel)
+    layer, channel = listen(job_group(job.pk))
     link = {"src": 0, "dst": 1, "bandwidth_bps": 9e8, "latency_s": 0.002, "ts": 1.0, "rank": 0}
     report(private_redis, job.pk, "link", step=1, reissued=True, **link)
     ingest = Ingest(client=private_redis)
@@ -188,11 +190,7 @@ def test_alarms_and_a_throttled_summary_reach_the_tenant_and_cluster_groups(
 ):
     from controlplane.telemetry.groups import CLUSTER_GROUP, tenant_group
 
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(
-        tenant_group(job.tenant_id) if wide == "tenant" else CLUSTER_GROUP, channel
-    )
+    layer, channel = listen(tenant_group(job.tenant_id) if wide == "tenant" else CLUSTER_GROUP)
     for step in range(1, 6):
         report(private_redis, job.pk, "metrics", **metrics(step, ts=step * 0.1))
     report(
