@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_sync import rank_env  # this directory is on sys.path when run as a script
+from bench_sync import rank_env, save  # this directory is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[2]
 BLIP = "rank=1,from_step=20,until_step={until},delay_s=0.2,blip=1"
@@ -135,10 +135,7 @@ def main() -> int:
                 row.update(result, lost_s=lost)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"\n{table(rows)}\n\n{len(rows)} runs in {time.monotonic() - started:.0f} s -> {out}")
+    save(rows, args.out, table(rows), started=started)
     return 0
 
 

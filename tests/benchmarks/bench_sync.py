@@ -167,11 +167,16 @@ def main() -> int:
                     )
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"\n{table(rows)}\n\n{len(rows)} runs in {time.monotonic() - started:.0f} s -> {out}")
+    save(rows, args.out, table(rows), started=started)
     return 0
+
+
+def save(rows: list[dict[str, Any]], out: str, report: str, *, started: float) -> None:
+    """Write ``rows`` as JSON to ``out`` and print ``report`` with the run count and time."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"\n{report}\n\n{len(rows)} runs in {time.monotonic() - started:.0f} s -> {path}")
 
 
 if __name__ == "__main__":
