@@ -15,16 +15,19 @@ django_asgi_app = get_asgi_application()
 # Imported after Django is set up: these import models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.lib.origin import SameOriginValidator  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
+from controlplane.telemetry.auth import TokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # A websocket whose Origin is not one of ALLOWED_HOSTS is refused.
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        # A websocket whose Origin (scheme, host and port) is not the server's own or a
+        # trusted one is refused. A socket is authenticated by its session, or else by an
+        # API token (the CLI).
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

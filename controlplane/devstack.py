@@ -1,11 +1,16 @@
 """Start and stop Synclane's processes on one machine.
 
     python -m controlplane.devstack up          # what `make up` runs
+    python -m controlplane.devstack up --nodes 2  # `make up NODES=2`: two worker nodes
     python -m controlplane.devstack test [ARGS] # what `make test` runs
 
 ``up`` migrates, seeds the demo, starts a private Redis (unless REDIS_URL is set),
-a Celery worker (with beat), the telemetry ingest and the ASGI server, prints the
-URL and logins, streams logs, and on Ctrl-C stops everything it started.
+the Celery beat, a Celery worker (or ``--nodes N`` workers, each a node of its own: name
+n1..nN, address 127.0.0.1..N on loopback, SYNCLANE_NODE_SLOTS slots, default 2, and its own
+queue node.<name>), the telemetry ingest and the ASGI server, prints the
+URL and logins and streams logs. A service that exits is started again (with backoff
+and a log line). Ctrl-C stops everything it started, newest first: the worker's running
+jobs checkpoint and go back to the queue, and the next ``up`` resumes them.
 ``test`` starts a private Redis and runs the pytest suite against it (browser tests
 in their own invocation); the tests start their own worker processes.
 """
@@ -18,15 +23,20 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from controlplane.lib.secret_key import ensure_key_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 # Set by `test`: REDIS_URL is a server started for this run alone.
 PRIVATE_REDIS_FLAG = "SYNCLANE_TEST_PRIVATE_REDIS"
+# The one variable `up` reads itself (the settings read the rest): the ASGI server's port.
+PORT_ENV = "PORT"
 
 
 def free_port() -> int:
@@ -52,41 +62,131 @@ def wait_for_port(
     raise RuntimeError(f"nothing listening on port {port} after {timeout:.0f} s")
 
 
+# Backoff of a service that keeps exiting: 1, 2, 4 ... s, at most RESTART_MAX_S; a service
+# that stayed up for RESTART_RESET_S starts over from 1 s.
+RESTART_BASE_S = 1.0
+RESTART_MAX_S = 30.0
+RESTART_RESET_S = 60.0
+
+
 @dataclass
-class Stack:
-    """Processes started by us, stopped in reverse order."""
+class Service:
+    """One process of the stack, and what is needed to start it again."""
 
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path | None
+    restart: bool
+    stop_grace_s: float
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0  # consecutive quick exits, for the backoff
+    due_at: float | None = None  # when a dead service is started again
 
-    def start(
-        self, name: str, argv: Sequence[str], *, env: Mapping[str, str], log: Path | None = None
-    ) -> subprocess.Popen[bytes]:
-        out = open(log, "ab") if log else None  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
+    def spawn(self) -> subprocess.Popen[bytes]:
+        out = open(self.log, "ab") if self.log else None  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
             cwd=BASE_DIR,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
             start_new_session=True,
         )
-        self.procs.append((name, proc))
-        return proc
+        if out:
+            out.close()  # the child holds its own copy
+        self.started_at, self.due_at = time.monotonic(), None
+        return self.proc
 
-    def stop(self, *, grace_s: float = 10.0) -> None:
-        for _, proc in reversed(self.procs):
+
+@dataclass
+class Stack:
+    """Processes started by us: restarted when they exit (if asked), stopped in reverse order."""
+
+    services: list[Service] = field(default_factory=list)
+    say: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
+    # check() and stop() may run in different threads (the test stack supervises in one).
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def procs(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        return [(s.name, s.proc) for s in self.services if s.proc is not None]
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log: Path | None = None,
+        restart: bool = False,
+        stop_grace_s: float = 10.0,
+    ) -> subprocess.Popen[bytes]:
+        """Start a service; with ``restart``, ``check()`` starts it again when it exits."""
+        service = Service(name, list(argv), dict(env), log, restart, stop_grace_s)
+        self.services.append(service)
+        return service.spawn()
+
+    def get(self, name: str) -> Service:
+        return next(s for s in self.services if s.name == name)
+
+    def check(self) -> bool:
+        """One supervision step: schedule restarts of exited services, start those due.
+
+        Returns True if it started or scheduled something. Says one line per event.
+        """
+        with self.lock:
+            return self._check()
+
+    def _check(self) -> bool:
+        acted = False
+        now = time.monotonic()
+        for service in self.services:
+            if not service.restart or service.proc is None:
+                continue
+            code = service.proc.poll()
+            if code is not None and service.due_at is None:
+                if now - service.started_at >= RESTART_RESET_S:
+                    service.restarts = 0
+                delay = min(RESTART_BASE_S * 2**service.restarts, RESTART_MAX_S)
+                service.restarts += 1
+                service.due_at = now + delay
+                self.say(
+                    f"devstack: {service.name} exited with code {code}; "
+                    f"restarting in {delay:.0f} s (restart {service.restarts})"
+                )
+                acted = True
+            elif code is not None and service.due_at is not None and now >= service.due_at:
+                proc = service.spawn()
+                self.say(f"devstack: {service.name} restarted (pid {proc.pid})")
+                acted = True
+        return acted
+
+    def stop(self, *, grace_s: float | None = None) -> None:
+        """SIGTERM each service, newest first, waiting for each (SIGKILL after its grace).
+
+        One at a time: the worker drains its runs (checkpoint, requeue) while the database
+        and Redis it needs for that are still up.
+        """
+        with self.lock:
+            self._stop(grace_s)
+
+    def _stop(self, grace_s: float | None) -> None:
+        for service in reversed(self.services):
+            proc = service.proc
+            if proc is None:
+                continue
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for _, proc in reversed(self.procs):
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                proc.wait(timeout=grace_s if grace_s is not None else service.stop_grace_s)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        self.procs.clear()
+        self.services.clear()
 
 
 def redis_server_argv(port: int, data_dir: Path) -> list[str]:
@@ -108,13 +208,64 @@ def start_private_redis(stack: Stack, run_dir: Path, *, log: Path | None = None)
     return f"redis://127.0.0.1:{port}/0"
 
 
-def worker_argv(slots: int, run_dir: Path) -> list[str]:
-    # Concurrency: one process per slot for runs, plus two for control tasks.
+def worker_argv(slots: int, run_dir: Path, *, node: str = "") -> list[str]:
+    # Concurrency: one process per slot for runs, plus two for control tasks. No -B: the
+    # beat is a process of its own (beat_argv), so restarting a worker never starts a second.
+    # A named node also consumes its own queue (the launches of ranks placed on it), and
+    # needs a Celery node name of its own: several share this host.
+    del run_dir  # kept for callers: the worker keeps no state there
+    queues = "control,runs" + (f",node.{node}" if node else "")
     return [
-        PYTHON, "-m", "celery", "-A", "workers", "worker", "-B",
-        "-Q", "control,runs", f"--concurrency={slots + 2}", "--loglevel=INFO",
-        f"--schedule={run_dir / 'celerybeat-schedule'}", "--hostname=synclane@%h",
+        PYTHON, "-m", "celery", "-A", "workers", "worker",
+        "-Q", queues, f"--concurrency={slots + 2}", "--loglevel=INFO",
+        f"--hostname=synclane{'-' + node if node else ''}@%h",
     ]  # fmt: skip
+
+
+# Slots of each node of a stack with several (`make up NODES=2`): a 4-rank job then spans two.
+NODE_SLOTS_DEFAULT = 2
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """One worker of a stack started as a node of its own, on this machine."""
+
+    index: int  # 1..N
+
+    @property
+    def name(self) -> str:
+        return f"n{self.index}"
+
+    @property
+    def address(self) -> str:
+        # All of 127.0.0.0/8 is loopback on Linux: each node gets an address of its own,
+        # and torchrun's c10d rendezvous numbers the nodes in the order of their addresses.
+        return f"127.0.0.{self.index}"
+
+    @property
+    def service(self) -> str:
+        return f"worker-{self.name}"
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        return {
+            **base,
+            "SYNCLANE_NODE_NAME": self.name,
+            "SYNCLANE_NODE_ADDRESS": self.address,
+            "SYNCLANE_NODE_SLOTS": base.get("SYNCLANE_NODE_SLOTS") or str(NODE_SLOTS_DEFAULT),
+        }
+
+
+def beat_argv(run_dir: Path) -> list[str]:
+    """The one Celery beat of the stack (periodic scheduler ticks and reconcile)."""
+    return [
+        PYTHON, "-m", "celery", "-A", "workers", "beat", "--loglevel=INFO",
+        f"--schedule={run_dir / 'celerybeat-schedule'}",
+    ]  # fmt: skip
+
+
+def worker_stop_grace_s(env: Mapping[str, str]) -> float:
+    """How long a stopping worker may take: its runs get the cancel grace to checkpoint."""
+    return float(env.get("SYNCLANE_CANCEL_GRACE_S", "10")) + 20.0
 
 
 def ingest_argv() -> list[str]:
@@ -125,7 +276,7 @@ def asgi_argv(port: int) -> list[str]:
     return [
         PYTHON,
         "-m",
-        "daphne",
+        "controlplane.asgi_server",
         "-b",
         "127.0.0.1",
         "-p",
@@ -154,11 +305,12 @@ def stopping(stack: Stack, jobs_dir: Path) -> Iterator[Stack]:
         print("stopped everything this stack started", flush=True)
 
 
-def up() -> int:
+def up(nodes: int = 1) -> int:
     run_dir = Path(os.environ.get("SYNCLANE_RUN_DIR", BASE_DIR / "run"))
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    port = int(env.get("PORT", "8000"))
+    env["DJANGO_SECRET_KEY"] = env.get("DJANGO_SECRET_KEY") or ensure_key_file(run_dir)
+    port = int(env.get(PORT_ENV, "8000"))
     jobs_dir = Path(env.get("SYNCLANE_JOBS_DIR", run_dir / "jobs"))
     with stopping(Stack(), jobs_dir) as stack:
         if not env.get("REDIS_URL"):
@@ -166,11 +318,10 @@ def up() -> int:
             print(f"private Redis at {env['REDIS_URL']} (data in {run_dir / 'redis'})")
         for command in (["migrate", "--noinput"], ["seed_demo"]):
             subprocess.run([PYTHON, "manage.py", *command], env=env, cwd=BASE_DIR, check=True)
-        slots = int(env.get("SYNCLANE_CLUSTER_SLOTS", "4"))
-        stack.start("worker", worker_argv(slots, run_dir), env=env)
-        stack.start("ingest", ingest_argv(), env=env)
-        asgi = stack.start("asgi", asgi_argv(port), env=env)
-        wait_for_port(port, timeout=60, proc=asgi)
+        # Workers download tenant code bundles from the server started here.
+        env.setdefault("SYNCLANE_CONTROL_URL", f"http://127.0.0.1:{port}")
+        start_services(stack, env, run_dir, port=port, nodes=nodes)
+        wait_for_port(port, timeout=60, proc=stack.get("asgi").proc)
         password = env.get("SYNCLANE_DEMO_PASSWORD", "synclane-demo")
         print(
             f"\n  Synclane is up: http://127.0.0.1:{port}/\n"
@@ -179,14 +330,76 @@ def up() -> int:
             flush=True,
         )
         try:
-            while all(proc.poll() is None for _, proc in stack.procs):
+            while True:  # a service that exits is started again, with backoff
+                stack.check()
                 time.sleep(0.5)
-            dead = [name for name, proc in stack.procs if proc.poll() is not None]
-            print(f"stopping: {', '.join(dead)} exited", file=sys.stderr)
-            return 1
         except KeyboardInterrupt:
-            print("\nstopping…", flush=True)
+            print("\nstopping… (running jobs checkpoint and go back to the queue)", flush=True)
             return 0
+
+
+def start_services(
+    stack: Stack,
+    env: Mapping[str, str],
+    run_dir: Path,
+    *,
+    port: int,
+    log_dir: Path | None = None,
+    nodes: int = 1,
+) -> None:
+    """Start the beat, worker, ingest and ASGI server, each restarted if it exits.
+
+    With ``log_dir`` each writes ``<log_dir>/<name>.log``; else they share our output.
+    With ``nodes`` > 1, one worker per node (``LocalNode``: services ``worker-n1`` ...).
+    """
+    slots = int(env.get("SYNCLANE_CLUSTER_SLOTS", "4"))
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(name: str) -> Path | None:
+        return log_dir / f"{name}.log" if log_dir else None
+
+    stack.start("beat", beat_argv(run_dir), env=env, log=log("beat"), restart=True)
+    if nodes > 1:
+        start_nodes(stack, env, run_dir, nodes=nodes, log_dir=log_dir)
+    else:
+        # The worker registers its node with the stack's slots (not the detected CPU count).
+        worker_env = {**env, "SYNCLANE_NODE_SLOTS": env.get("SYNCLANE_NODE_SLOTS") or str(slots)}
+        stack.start(
+            "worker",
+            worker_argv(slots, run_dir),
+            env=worker_env,
+            log=log("worker"),
+            restart=True,
+            stop_grace_s=worker_stop_grace_s(env),
+        )
+    stack.start("ingest", ingest_argv(), env=env, log=log("ingest"), restart=True)
+    stack.start("asgi", asgi_argv(port), env=env, log=log("asgi"), restart=True)
+
+
+def start_nodes(
+    stack: Stack,
+    env: Mapping[str, str],
+    run_dir: Path,
+    *,
+    nodes: int,
+    log_dir: Path | None = None,
+    restart: bool = True,
+) -> list[LocalNode]:
+    """Start one worker per node n1..n<nodes> (see ``LocalNode``); return the nodes."""
+    started = []
+    for node in (LocalNode(i) for i in range(1, nodes + 1)):
+        node_env = node.env(env)
+        stack.start(
+            node.service,
+            worker_argv(int(node_env["SYNCLANE_NODE_SLOTS"]), run_dir, node=node.name),
+            env=node_env,
+            log=log_dir / f"{node.service}.log" if log_dir else None,
+            restart=restart,
+            stop_grace_s=worker_stop_grace_s(env),
+        )
+        started.append(node)
+    return started
 
 
 pytest_no_tests = 5
@@ -198,6 +411,7 @@ def test(args: Sequence[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["SYNCLANE_RUN_DIR"] = str(run_dir)
+    env["DJANGO_SECRET_KEY"] = env.get("DJANGO_SECRET_KEY") or ensure_key_file(run_dir)
     env.setdefault("SYNCLANE_JOBS_DIR", str(run_dir / "jobs"))
     with stopping(Stack(), Path(env["SYNCLANE_JOBS_DIR"])) as stack:
         # Tests flush their Redis: it is always a private one, never REDIS_URL's.
@@ -218,13 +432,32 @@ def _interrupt(*_: object) -> None:
 
 def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in {"up", "test"}:
-        print("usage: python -m controlplane.devstack up | test [PYTEST ARGS]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
+    nodes = 1
+    if argv[0] == "up" and len(argv) > 1:
+        nodes = _nodes_arg(argv[1:])
+        if nodes < 1:
+            print(USAGE, file=sys.stderr)
+            return 2
     # Stop like Ctrl-C on SIGTERM too, and even where SIGINT was inherited as ignored
     # (a shell's background job): either way, clean up what we started.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
-    return up() if argv[0] == "up" else test(argv[1:])
+    return up(nodes) if argv[0] == "up" else test(argv[1:])
+
+
+USAGE = "usage: python -m controlplane.devstack up [--nodes N] | test [PYTEST ARGS]"
+
+
+def _nodes_arg(args: Sequence[str]) -> int:
+    """N from ``--nodes N`` or ``--nodes=N`` (1 to 9); 0 if the arguments are anything else."""
+    text = ""
+    if len(args) == 1 and args[0].startswith("--nodes="):
+        text = args[0].removeprefix("--nodes=")
+    elif len(args) == 2 and args[0] == "--nodes":
+        text = args[1]
+    return int(text) if text.isdigit() and 1 <= int(text) <= 9 else 0
 
 
 if __name__ == "__main__":

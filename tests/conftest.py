@@ -6,7 +6,6 @@ The live stack (Celery worker, ingest, ASGI server) is in tests/integration/conf
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,11 +18,27 @@ from django.db import OperationalError
 from django.test import TransactionTestCase
 
 from controlplane import devstack
-from controlplane.devstack import PRIVATE_REDIS_FLAG
 from controlplane.jobs.models import Queue
 from controlplane.tenancy.models import Membership, Role, Tenant
 
 PASSWORD = "correct-horse-battery"
+
+# Hash the suite's passwords cheaply in this process (tests/hashers.py says why it is safe).
+PRODUCTION_HASHERS = list(settings.PASSWORD_HASHERS)
+settings.PASSWORD_HASHERS = ["tests.hashers.QuickPBKDF2PasswordHasher", *PRODUCTION_HASHERS]
+
+
+@pytest.fixture(autouse=True)
+def _production_hashes_against_live_servers(request, settings) -> None:
+    """Tests that talk to a live server hash as it does.
+
+    At a user's first login the server upgrades a hash whose iteration count is not its own,
+    and the changed hash ends every session the test made for that user (Django ties a
+    session to the password hash). Autouse: runs before the user fixtures.
+    """
+    if request.node.get_closest_marker("integration") or request.node.get_closest_marker("browser"):
+        settings.PASSWORD_HASHERS = PRODUCTION_HASHERS
+
 
 # Integration tests share the database with live worker processes. On PostgreSQL the
 # TRUNCATE that empties it after a transactional test can deadlock with a worker's
@@ -46,6 +61,14 @@ def _flush_retrying_deadlocks(self: TransactionTestCase) -> None:
 TransactionTestCase._fixture_teardown = _flush_retrying_deadlocks
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Empty Django's cache (login rate-limit counters live there) before every test."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory) -> Iterator[str]:
     """A redis-server of this pytest process alone (runtime and workload tests use it).
@@ -66,9 +89,13 @@ def redis_server(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture
 def redis_url(redis_server: str) -> str:
-    """``redis_server``'s URL with its database emptied (safe: this process started it)."""
-    client = redis_lib.Redis.from_url(redis_server)
+    """``redis_server``'s URL with its database emptied and its ACL users but ``default``
+    deleted (FLUSHDB keeps users; safe: this process started the server)."""
+    client = redis_lib.Redis.from_url(redis_server, decode_responses=True)
     client.flushdb()
+    for user in client.acl_users():
+        if user != "default":
+            client.acl_deluser(user)
     client.close()
     return redis_server
 
@@ -82,12 +109,10 @@ def r(redis_url: str) -> Iterator[redis_lib.Redis]:
 
 @pytest.fixture
 def private_redis() -> redis_lib.Redis:
-    """The suite's own Redis, emptied for this test (never a server we did not start)."""
-    if os.environ.get(PRIVATE_REDIS_FLAG) != "1":
-        pytest.fail(
-            "run the suite with `make test` (or `python -m controlplane.devstack test ARGS`), "
-            "which starts the private Redis these tests flush"
-        )
+    """The suite's own Redis, emptied for this test (never a server we did not start).
+
+    pytest_configure has checked that devstack started it for this run.
+    """
     client = redis_lib.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     client.flushdb()
     return client

@@ -274,12 +274,20 @@ def stacked_area_figure(
     }
 
 
+def _node_label(node: Mapping[str, Any]) -> str:
+    """``n1 (2/4 slots)``, with the node's state when it takes no new placements."""
+    state = node.get("state")
+    suffix = f", {state}" if state not in (None, "ready") else ""
+    return f"{node['name']} ({node.get('used', 0)}/{node['slots']} slots{suffix})"
+
+
 def topology_figure(
     nodes: Sequence[Mapping[str, Any]], links: Sequence[Mapping[str, Any]]
 ) -> Figure:
     """Nodes on a circle, nodes and links coloured by health.
 
-    ``nodes``: ``{"name", "slots", "used", "state"}`` (state: the worst link of its jobs); ``links``: ``{"a", "b", "state", "label"}``
+    ``nodes``: ``{"name", "slots", "used", "link_state"}`` (the worst link of its jobs); ``links``:
+    ``{"a", "b", "state", "label"}``
     with ``a``/``b`` node names. A link whose ends are unknown is skipped.
     """
     pos = _circle([n["name"] for n in nodes])
@@ -311,10 +319,10 @@ def topology_figure(
             "textposition": "bottom center",
             "x": [pos[n["name"]][0] for n in nodes],
             "y": [pos[n["name"]][1] for n in nodes],
-            "text": [f"{n['name']} ({n.get('used', 0)}/{n['slots']} slots)" for n in nodes],
+            "text": [_node_label(n) for n in nodes],
             "marker": {
                 "size": 26,
-                "color": [HEALTH_COLOURS.get(n.get("state"), "#3558d6") for n in nodes],
+                "color": [HEALTH_COLOURS.get(n.get("link_state"), "#3558d6") for n in nodes],
             },
         }
     )

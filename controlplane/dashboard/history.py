@@ -6,7 +6,6 @@ have already checked access (they pass objects from the access helpers).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -26,15 +25,12 @@ from controlplane.telemetry.series import (
     stack_by_bucket,
 )
 from controlplane.tenancy.models import Tenant
-from workers.runtime.config import RuntimeConfig
+from workers.runtime import protocol
 
 MAX_POINTS = 1000  # per series, after min/max downsampling
 MAX_ROWS = 20_000  # newest stored samples read for one history
 CLUSTER_WINDOW = dt.timedelta(minutes=15)
 CLUSTER_BUCKET_S = 5.0
-DEFAULT_DRIFT_THRESHOLD = next(
-    f.default for f in dataclasses.fields(RuntimeConfig) if f.name == "drift_threshold"
-)
 
 
 def job_history(
@@ -60,7 +56,7 @@ def job_history(
         "alarms": [alarm_json(a) for a in alarms],
         "drift_threshold": next((a.threshold for a in drift_alarms if a.threshold), None)
         or job.hyperparameters.get("drift_threshold")
-        or DEFAULT_DRIFT_THRESHOLD,
+        or protocol.DEFAULT_DRIFT_THRESHOLD,
         "periods": enhancement_periods(
             [(r["step"], bool(r.get("sync_enhanced"))) for r in rows if "sync_enhanced" in r],
             [(a.step, _cleared_step(a)) for a in drift_alarms],
@@ -123,7 +119,8 @@ def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) 
         .order_by("reported_at")
         .values_list("job_id", "job__name", "job__tenant__slug", "reported_at", "data")
     )
-    alloc, throughput = [], {}
+    alloc: list[tuple[float, str, int, float]] = []
+    throughput: dict[str, dict[str, Any]] = {}
     for job_id, name, slug, when, data in rows:
         ts = when.timestamp()
         if isinstance(data.get("allocation_bps"), int | float):
@@ -134,32 +131,76 @@ def cluster_share(tenants: QuerySet[Tenant], *, now: dt.datetime | None = None) 
             )
             series["x"].append(when.isoformat())
             series["y"].append(data["samples_per_s"])
-    stacks = stack_by_bucket(alloc, bucket_s=CLUSTER_BUCKET_S)
-    for series in stacks.values():
-        series["x"] = [dt.datetime.fromtimestamp(x, tz=dt.UTC).isoformat() for x in series["x"]]
-    return {"allocation": stacks, "throughput": throughput}
+    allocation = {
+        group: {
+            "x": [dt.datetime.fromtimestamp(x, tz=dt.UTC).isoformat() for x in stack["x"]],
+            "y": stack["y"],
+        }
+        for group, stack in stack_by_bucket(alloc, bucket_s=CLUSTER_BUCKET_S).items()
+    }
+    return {"allocation": allocation, "throughput": throughput}
 
 
 def cluster_nodes(visible_jobs: QuerySet[Job]) -> list[dict[str, Any]]:
-    """Nodes with slots and the slots the user's visible active jobs use on each.
+    """Nodes with their state, slots, and what the user's visible active jobs hold on each.
 
-    Until a worker registers its node, the one configured machine stands in.
+    Each: name, slots, used (slots those jobs hold there), jobs (their ids), state (ready,
+    cordoned, draining, lost), state_reason, state_changed_at, link_state (the worst link
+    state of those jobs: ok, degraded, down), address, labels, fabric_mbps, last_seen, alive.
+    Until a worker registers its node, the one configured machine stands in as "local".
     """
-    nodes = list(Node.objects.order_by("name").values("name", "slots"))
-    if not nodes:
-        nodes = [{"name": "local", "slots": settings.SYNCLANE_CLUSTER_SLOTS}]
-    used: dict[str, int] = {}
-    states: dict[str, str] = {}
+    now = timezone.now()
+    rows = list(Node.objects.order_by("name"))
+    if not rows:
+        rows = [_stand_in_node(now)]
+    nodes = {row.name: _node_fields(row, now) for row in rows}
     for job in visible_jobs.filter(status__in=ACTIVE).prefetch_related("links"):
-        name = (job.placement or {}).get("node") or nodes[0]["name"]
-        used[name] = used.get(name, 0) + job.world_size
-        for link in job.links.all():
-            if link.state != "ok":
-                states[name] = link.state
-    for node in nodes:
-        node["used"] = used.get(node["name"], 0)
-        node["state"] = states.get(node["name"], "ok")
-    return nodes
+        worst = _worst_link(job)
+        for part in job.rank_nodes or [{"node": rows[0].name, "ranks": range(job.world_size)}]:
+            node = nodes.get(str(part["node"]))
+            if node is None:
+                continue
+            ranks = part.get("ranks")
+            node["used"] += len(ranks) if isinstance(ranks, list | range) else job.world_size
+            node["jobs"].append(job.pk)
+            if LINK_ORDER[worst] > LINK_ORDER[node["link_state"]]:
+                node["link_state"] = worst
+    return list(nodes.values())
+
+
+LINK_ORDER = {"ok": 0, "degraded": 1, "down": 2}
+
+
+def _worst_link(job: Job) -> str:
+    states = [link.state for link in job.links.all() if link.state in LINK_ORDER]
+    return max(states, key=LINK_ORDER.__getitem__, default="ok")
+
+
+def _stand_in_node(now: dt.datetime) -> Node:
+    return Node(
+        name="local",
+        slots=settings.SYNCLANE_CLUSTER_SLOTS,
+        fabric_mbps=settings.SYNCLANE_NODE_FABRIC_MBPS,
+        last_seen=now,
+    )
+
+
+def _node_fields(node: Node, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "slots": node.slots,
+        "used": 0,
+        "jobs": [],
+        "state": node.status(now),
+        "state_reason": node.state_reason,
+        "state_changed_at": node.state_changed_at,
+        "link_state": "ok",
+        "address": node.address,
+        "labels": dict(node.labels or {}),
+        "fabric_mbps": node.fabric_mbps,
+        "last_seen": node.last_seen if node.pk else None,
+        "alive": not node.is_lost(now),
+    }
 
 
 def _cells(job: Job) -> list[LinkCell]:

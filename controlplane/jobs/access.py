@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -37,7 +38,9 @@ def get_actable_job_for(user: AnyUser, job_id: int) -> Job:
 
 def get_tenant_admin_job_for(user: AnyUser, job_id: int) -> Job:
     """Return the job if the user is a tenant admin of its tenant (or a site admin); else 404."""
-    if getattr(user, "is_superuser", False):
+    if not isinstance(user, User):
+        jobs = Job.objects.none()
+    elif user.is_superuser:
         jobs = Job.objects.all()
     else:
         jobs = Job.objects.filter(

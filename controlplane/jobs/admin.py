@@ -21,4 +21,4 @@ class JobAdmin(admin.ModelAdmin):
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ["tenant", "name", "policy"]
+    list_display = ["tenant", "name", "policy", "preemption"]

@@ -11,17 +11,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane import scheduling as core
 from controlplane.jobs import adapters, state
-from controlplane.jobs.choices import ACTIVE, JobStatus
-from controlplane.jobs.models import Job
+from controlplane.jobs.choices import ACTIVE, JobStatus, node_queue
+from controlplane.jobs.models import Job, Node
+from controlplane.lib import redis_clients
 from controlplane.lib.publish import publish
+from controlplane.lib.tasks import enqueue_on_commit
 from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group
 from controlplane.tenancy.models import Tenant
 from workers.runtime import protocol
@@ -39,13 +43,20 @@ class PassResult:
 def schedule_pass() -> PassResult:
     """Decide and apply one scheduling pass; return what changed.
 
-    Steps: 1. lock the tenant rows (one pass at a time); 2. snapshot and decide;
+    Steps: 1. lock the tenant rows (one pass at a time), and settle drained nodes (a draining
+    node that holds no job becomes cordoned); 2. snapshot and decide;
     3. ask victims to stop; 4. admit (launch on commit); 5. write waiting reasons;
     6. write allocations, and push them to runs and browsers on commit.
     """
+    from controlplane.jobs.nodes import nodes_message, nodes_settle_drained
+
     result = PassResult()
     with transaction.atomic():
-        tenants = list(Tenant.objects.select_for_update().order_by("pk"))
+        # FOR NO KEY UPDATE: passes still exclude each other, but a submit's insert of a job
+        # (whose deferred foreign key check takes FOR KEY SHARE on its tenant at COMMIT) does
+        # not wait for the whole pass, as it did under FOR UPDATE.
+        tenants = list(Tenant.objects.select_for_update(no_key=True).order_by("pk"))
+        nodes_settle_drained()
         decision = core.schedule(adapters.snapshot(tenants), timezone.now().timestamp())
         for preemption in decision.preemptions:
             if request_preemption(int(preemption.job_id), reason=preemption.reason):
@@ -55,25 +66,32 @@ def schedule_pass() -> PassResult:
             result.admitted.append(int(admission.job_id))
         _write_waiting(decision.waiting.values())
         result.allocations = _write_allocations(decision.allocations)
+        # Every node's status, so the cluster page sees a node turn lost (no write says so).
+        transaction.on_commit(lambda: publish(CLUSTER_GROUP, nodes_message()))
     return result
 
 
 def request_preemption(job_id: int, *, reason: str) -> bool:
     """Ask the job's supervisor to checkpoint and requeue it; True if the job was asked.
 
-    An admitted job that has not launched yet goes straight back to the queue.
+    An admitted job that has not launched yet goes straight back to the queue. Either way the
+    job's eviction count grows by one and ``evicted_at`` is now (the core's eviction limit and
+    back-off read them).
     """
     job = Job.objects.filter(pk=job_id, status__in=ACTIVE).first()
     if job is None:
         return False
+    evicted: dict[str, Any] = {"evictions": F("evictions") + 1, "evicted_at": timezone.now()}
     if job.status == JobStatus.ADMITTED:
         try:
-            state.transition(job, JobStatus.QUEUED, reason=f"back to the queue: {reason}")
+            state.transition(
+                job, JobStatus.QUEUED, reason=f"back to the queue: {reason}", **evicted
+            )
             return True
         except state.TransitionError:
             job.refresh_from_db()
     touched = Job.objects.filter(pk=job_id, status__in=ACTIVE, preempt_requested=False).update(
-        preempt_requested=True
+        preempt_requested=True, **evicted
     )
     if touched:
         state.note(job, f"preemption requested: {reason}")
@@ -81,10 +99,20 @@ def request_preemption(job_id: int, *, reason: str) -> bool:
 
 
 def _admit(admission: core.Admission) -> None:
-    from workers.celery import app
+    """Admit the job where the core placed it, and launch its ranks there after commit.
 
+    The placement is stored as ``{"nodes": [{"node", "address", "ranks"}], "why"}``; the
+    launch goes to each placed node's own queue (``node.<name>``): one ``launch_job(id)`` for a
+    job on one node, one ``launch_job(id, node_rank)`` per node for a job that spans nodes.
+    Without a placement (no node registered: one pooled machine) the launch takes the shared
+    queue, as on one machine.
+    """
     job = Job.objects.get(pk=int(admission.job_id))
-    placement = {"waits_for": [int(v) for v in admission.preempts]} if admission.preempts else {}
+    placement: dict[str, Any] = {}
+    if admission.placement is not None:
+        placement = placement_json(admission.placement)
+    if admission.preempts:
+        placement["waits_for"] = [int(v) for v in admission.preempts]
     state.transition(
         job,
         JobStatus.ADMITTED,
@@ -94,14 +122,40 @@ def _admit(admission: core.Admission) -> None:
         preempt_requested=False,
         cancel_requested=False,
     )
-    transaction.on_commit(lambda: app.send_task("workers.tasks.launch_job", args=(job.pk,)))
+    parts = placement.get("nodes") or []
+    if len(parts) > 1:
+        for node_rank, part in enumerate(parts):
+            enqueue_on_commit(
+                "workers.tasks.launch_job", job.pk, node_rank, queue=node_queue(part["node"])
+            )
+    elif parts:
+        enqueue_on_commit("workers.tasks.launch_job", job.pk, queue=node_queue(parts[0]["node"]))
+    else:
+        enqueue_on_commit("workers.tasks.launch_job", job.pk)
+
+
+def placement_json(placement: core.Placement) -> dict[str, Any]:
+    """The core's placement as Job.placement stores it, each node with its address."""
+    addresses = dict(Node.objects.filter(name__in=placement.nodes).values_list("name", "address"))
+    nodes = [{**part, "address": addresses.get(part["node"], "")} for part in placement.to_json()]
+    return {"nodes": nodes, "why": placement.why}
 
 
 def _write_waiting(waiting: Iterable[core.Waiting]) -> None:
-    for wait in waiting:
-        Job.objects.filter(pk=int(wait.job_id), status=JobStatus.QUEUED).exclude(
-            status_reason=wait.reason, wait_code=wait.code
-        ).update(status_reason=wait.reason, wait_code=str(wait.code))
+    """Store each waiting job's reason and code where they changed, one UPDATE per distinct
+    reason. The reason leaves out the queue position: every admission would move it for every
+    job behind, making each pass rewrite the whole queue; pages and the API read it live
+    (``services.queue_position``)."""
+    wanted = {int(w.job_id): (w.detail, str(w.code)) for w in waiting}
+    current = Job.objects.filter(status=JobStatus.QUEUED)
+    changed: dict[tuple[str, str], list[int]] = {}
+    for pk, reason, code in current.values_list("pk", "status_reason", "wait_code"):
+        if pk in wanted and (reason, code) != wanted[pk]:
+            changed.setdefault(wanted[pk], []).append(pk)
+    for (reason, code), pks in changed.items():
+        Job.objects.filter(pk__in=pks, status=JobStatus.QUEUED).update(
+            status_reason=reason, wait_code=code
+        )
 
 
 def _write_allocations(allocations: Mapping[str, core.Allocation]) -> dict[int, float]:
@@ -114,7 +168,7 @@ def _write_allocations(allocations: Mapping[str, core.Allocation]) -> dict[int, 
     current = dict(Job.objects.filter(pk__in=mbps).values_list("pk", "allocation_mbps"))
     tenants = dict(Job.objects.filter(pk__in=mbps).values_list("pk", "tenant__slug"))
     for job_id, value in mbps.items():
-        if current.get(job_id) is None or abs(current[job_id] - value) > 1e-6:
+        if (old := current.get(job_id)) is None or abs(old - value) > 1e-6:
             Job.objects.filter(pk=job_id).update(allocation_mbps=value)
             changed.append((job_id, tenants[job_id], value))
     # Jobs that no longer hold slots hold no bandwidth either.
@@ -124,15 +178,28 @@ def _write_allocations(allocations: Mapping[str, core.Allocation]) -> dict[int, 
         .values_list("pk", flat=True)
     )
     Job.objects.filter(pk__in=released).update(allocation_mbps=None)
-    transaction.on_commit(lambda: push_allocations(changed, released))
+    transaction.on_commit(lambda: push_allocations(changed, released, held=mbps))
     return mbps
 
 
-def push_allocations(changed: list[tuple[int, str, float]], released: list[int]) -> None:
-    """Tell runs (Redis key + nudge) and browsers (channels) about new allocations."""
+def push_allocations(
+    changed: list[tuple[int, str, float]],
+    released: list[int],
+    *,
+    held: Mapping[int, float] | None = None,
+) -> None:
+    """Tell runs (Redis key + nudge) and browsers (channels) about new allocations.
+
+    ``held`` (job id -> Mbit/s, every job holding bandwidth) is written to Redis too,
+    changed or not: the database is the record, and a Redis restart loses the keys the
+    runs' throttles read (absent means unlimited). Rewriting them every pass restores
+    them within one beat tick; the SETs ride in the same round trip.
+    """
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        client = redis_clients.shared(socket_timeout=2)
         with client.pipeline(transaction=False) as pipe:
+            for job_id, value in (held or {}).items():
+                pipe.set(protocol.allocation_key(job_id), str(int(value * adapters.MBPS)))
             for job_id, _, value in changed:
                 bps = str(int(value * adapters.MBPS))
                 pipe.set(protocol.allocation_key(job_id), bps)
@@ -140,7 +207,7 @@ def push_allocations(changed: list[tuple[int, str, float]], released: list[int])
             for job_id in released:
                 pipe.delete(protocol.allocation_key(job_id))
             pipe.execute()
-    except redis.RedisError:
+    except (redis.RedisError, OSError):
         log.warning("could not push allocations to Redis", exc_info=True)
     tenant_ids = dict(Tenant.objects.values_list("slug", "pk"))
     for job_id, tenant, value in changed:

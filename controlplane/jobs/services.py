@@ -7,31 +7,46 @@ effects (Celery enqueues, websocket messages) on commit.
 from __future__ import annotations
 
 import logging
+import shutil
+from pathlib import PurePosixPath
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.jobs import state
+from controlplane.bundles.access import find_tenant_bundle
+from controlplane.bundles.models import CodeBundle
+from controlplane.bundles.services import bundle_mark_used, tenant_storage_bytes
+from controlplane.jobs import artifacts, state
 from controlplane.jobs.choices import ACTIVE, TERMINAL, WAITING, JobStatus, PriorityClass
 from controlplane.jobs.models import Job, Queue
 from controlplane.jobs.spec import JobSpec, SpecError
+from controlplane.lib.conflict import Conflict
+from controlplane.lib.tasks import enqueue_once_on_commit
+from controlplane.tenancy.access import AnyUser, recorded_actor
 from controlplane.tenancy.models import Tenant
 
 log = logging.getLogger(__name__)
 
 
-def _enqueue_on_commit(task_name: str, *args: object) -> None:
-    # Imported here: the Celery app imports Django settings, not the other way round.
-    from workers.celery import app
-
-    transaction.on_commit(lambda: app.send_task(task_name, args=args))
+# Set while a scheduling pass is queued and has not started: requests meanwhile send none.
+SCHEDULE_PENDING_KEY = "synclane:schedule:pending"
+# If the queued pass is lost (a worker killed before it ran), requests send again after this.
+SCHEDULE_PENDING_TTL_S = 10.0
 
 
 def request_schedule() -> None:
-    """Ask the scheduler for a pass once the current transaction commits."""
-    _enqueue_on_commit("workers.tasks.schedule_tick")
+    """Ask the scheduler for a pass once the current transaction commits.
+
+    Requests are coalesced: while a pass is queued and has not started, more requests send no
+    other, since that pass reads their rows too. A burst of submits and job ends then costs a
+    few passes instead of one each (each pass reads every queued job).
+    """
+    enqueue_once_on_commit(
+        "workers.tasks.schedule_tick",
+        pending_key=SCHEDULE_PENDING_KEY,
+        ttl_s=SCHEDULE_PENDING_TTL_S,
+    )
 
 
 def check_fits(*, tenant: Tenant, spec: JobSpec) -> None:
@@ -43,7 +58,7 @@ def check_fits(*, tenant: Tenant, spec: JobSpec) -> None:
     from controlplane.jobs.adapters import MBPS, cluster_capacity
 
     errors: dict[str, list[str]] = {}
-    capacity = cluster_capacity()
+    capacity = cluster_capacity(include_cordoned=True)
     if capacity.slots and spec.world_size > capacity.slots:  # 0: no live worker now; wait
         errors["world_size"] = [f"needs {spec.world_size} slots; the cluster has {capacity.slots}"]
     fabric_mbps = capacity.fabric_bps / MBPS
@@ -53,18 +68,63 @@ def check_fits(*, tenant: Tenant, spec: JobSpec) -> None:
         raise SpecError(errors)
 
 
-def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AbstractBaseUser | None) -> Job:
+def check_storage(*, tenant: Tenant) -> None:
+    """Raise SpecError (field ``tenant``) when the tenant is at or over its storage quota.
+
+    What a full quota blocks is new submits: running jobs keep writing (stopping them would
+    lose work), and deleting finished jobs' artifacts frees room.
+    """
+    limit = artifacts.storage_limit_bytes()
+    if limit is None:
+        return
+    used = tenant_storage_bytes(tenant)
+    if used >= limit:
+        mb = 1024 * 1024
+        raise SpecError(
+            {
+                "tenant": [
+                    f"storage quota exceeded: {tenant.slug}'s job artifacts and code bundles use "
+                    f"{used / mb:.1f} MB of {limit / mb:.0f} MB (SYNCLANE_TENANT_STORAGE_MB); "
+                    "delete finished jobs' artifacts or unused bundles to submit again"
+                ]
+            }
+        )
+
+
+def resolve_code(*, tenant: Tenant, spec: JobSpec) -> CodeBundle | None:
+    """The tenant's bundle a code job names (None for a built-in workload).
+
+    Raises SpecError if the tenant has no such bundle (another tenant's bundle is not
+    found either) or the entrypoint's script or module is not in it.
+    """
+    if not spec.runs_code:
+        return None
+    bundle = find_tenant_bundle(tenant, spec.code)
+    if bundle is None:
+        raise SpecError({"code": [f"no bundle {spec.code!r} in tenant {tenant.slug}"]})
+    argv = spec.entrypoint
+    if argv[0] == "-m" and not bundle.has_module(argv[1]):
+        raise SpecError({"entrypoint": [f"module {argv[1]!r} is not in the bundle"]})
+    if argv[0] != "-m" and str(PurePosixPath(argv[0])) not in bundle.python_files:
+        raise SpecError({"entrypoint": [f"{argv[0]!r} is not a file of the bundle"]})
+    return bundle
+
+
+def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AnyUser | None) -> Job:
     """Create a queued job for ``tenant`` from a validated spec and request scheduling.
 
-    Raises SpecError (nothing written) if the job could never be admitted.
+    Raises SpecError (nothing written) if the job could never be admitted, the tenant is
+    over its storage quota, or the job names a bundle the tenant does not have.
     """
     check_fits(tenant=tenant, spec=spec)
+    check_storage(tenant=tenant)
+    bundle = resolve_code(tenant=tenant, spec=spec)
     with transaction.atomic():
         queue, _ = Queue.objects.get_or_create(tenant=tenant, name="default")
         job = Job.objects.create(
             tenant=tenant,
             queue=queue,
-            submitted_by=actor if actor and actor.is_authenticated else None,
+            submitted_by=recorded_actor(actor),
             name=spec.name,
             workload=spec.workload,
             world_size=spec.world_size,
@@ -75,15 +135,24 @@ def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AbstractBaseUser | None)
             bandwidth_floor_mbps=spec.bandwidth_floor_mbps,
             bandwidth_ceiling_mbps=spec.bandwidth_ceiling_mbps,
             hyperparameters=spec.hyperparameters,
+            max_restarts=spec.max_restarts,
+            bundle=bundle,
+            bundle_sha256=bundle.sha256 if bundle else "",
+            bundle_file_count=bundle.file_count if bundle else None,
+            entrypoint=list(spec.entrypoint),
+            env=spec.env,
+            node_selector=spec.node_selector,
             status=JobStatus.QUEUED,
             status_reason="waiting for the scheduler",
         )
         state.note(job, "submitted", actor=actor)
+        if bundle is not None:
+            bundle_mark_used(bundle=bundle)
         request_schedule()
     return job
 
 
-def job_set_priority(*, job: Job, priority: int, actor: AbstractBaseUser | None) -> Job:
+def job_set_priority(*, job: Job, priority: int, actor: AnyUser | None) -> Job:
     """Change a job's priority class and request a scheduling pass (allocations follow).
 
     Raises ValueError for a value that is not a priority class. Returns the job refreshed.
@@ -102,7 +171,7 @@ def job_set_priority(*, job: Job, priority: int, actor: AbstractBaseUser | None)
     return job
 
 
-def job_cancel(*, job: Job, actor: AbstractBaseUser | None) -> Job:
+def job_cancel(*, job: Job, actor: AnyUser | None) -> Job:
     """Cancel ``job``: at once if it holds no process, else ask its supervisor.
 
     Returns the job refreshed. Cancelling a finished job is a no-op.
@@ -143,3 +212,22 @@ def job_heartbeat(*, job_id: int) -> bool:
     The step reached is written by the telemetry ingest, not here.
     """
     return Job.objects.filter(pk=job_id, status__in=ACTIVE).update(heartbeat_at=timezone.now()) == 1
+
+
+class ArtifactsInUse(Conflict):
+    """The job is not finished: its run still writes to its folder."""
+
+
+def job_delete_artifacts(*, job: Job, actor: AnyUser | None) -> int:
+    """Delete a finished job's folder (checkpoints, logs, outputs); return the bytes freed.
+
+    Raises ArtifactsInUse for a job that is not terminal. Links inside are removed, never
+    followed (``shutil.rmtree`` works on file descriptors here).
+    """
+    if not job.is_terminal:
+        raise ArtifactsInUse(f"job {job.pk} is {job.status}; its artifacts can go once it ends")
+    freed = artifacts.folder_bytes(job.run_dir)
+    shutil.rmtree(job.run_dir, ignore_errors=True)
+    Job.objects.filter(pk=job.pk).update(artifact_bytes=artifacts.folder_bytes(job.run_dir))
+    state.note(job, f"artifacts deleted ({freed} bytes)", actor=actor)
+    return freed

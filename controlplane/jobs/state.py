@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.jobs import artifacts
 from controlplane.jobs.choices import ALLOWED_TRANSITIONS, TERMINAL, JobStatus
 from controlplane.jobs.models import Job, JobEvent
 from controlplane.lib.publish import publish_on_commit
 from controlplane.telemetry.groups import job_group, tenant_group
+from controlplane.tenancy.access import AnyUser, recorded_actor
 
 
 class TransitionError(Exception):
@@ -39,13 +40,16 @@ def transition(
     to: str,
     *,
     reason: str,
-    actor: AbstractBaseUser | None = None,
+    actor: AnyUser | None = None,
     expected: str | None = None,
+    fence: int | None = None,
     **fields: Any,
 ) -> Job:
     """Move ``job`` to status ``to`` and return it refreshed.
 
     ``expected`` is the status the caller believes the job has (default: ``job.status``);
+    ``fence`` is the supervisor's fencing token: when given, the UPDATE also requires
+    ``Job.fence == fence``, so a supervisor whose lease was taken over changes nothing.
     ``fields`` are further columns written in the same UPDATE (e.g. ``exit_code``).
     Raises TransitionError when the move is not allowed or the row changed meanwhile.
     """
@@ -60,12 +64,21 @@ def transition(
         values[stamp] = now
     if JobStatus(to) in TERMINAL:
         values.setdefault("finished_at", now)
+        # The run has stopped writing: its folder's size is final (the storage quota reads it).
+        values.setdefault("artifact_bytes", artifacts.folder_bytes(job.run_dir))
     with transaction.atomic():
-        touched = Job.objects.filter(pk=job.pk, status=expected).update(**values)
-        if touched != 1:
-            raise TransitionError(f"job {job.pk} is no longer {expected}")
+        rows = Job.objects.filter(pk=job.pk, status=expected)
+        if fence is not None:
+            rows = rows.filter(fence=fence)
+        if rows.update(**values) != 1:
+            held = "" if fence is None else f" under fence {fence}"
+            raise TransitionError(f"job {job.pk} is no longer {expected}{held}")
         JobEvent.objects.create(
-            job=job, from_status=expected, to_status=to, reason=reason[:300], actor=actor
+            job=job,
+            from_status=expected,
+            to_status=to,
+            reason=reason[:300],
+            actor=recorded_actor(actor),
         )
         job.refresh_from_db()
         message = status_message(job, previous=expected)
@@ -74,10 +87,14 @@ def transition(
     return job
 
 
-def note(job: Job, reason: str, *, actor: AbstractBaseUser | None = None) -> JobEvent:
+def note(job: Job, reason: str, *, actor: AnyUser | None = None) -> JobEvent:
     """Record an event that does not change the status (e.g. "cancel requested")."""
     return JobEvent.objects.create(
-        job=job, from_status=job.status, to_status=job.status, reason=reason[:300], actor=actor
+        job=job,
+        from_status=job.status,
+        to_status=job.status,
+        reason=reason[:300],
+        actor=recorded_actor(actor),
     )
 
 
@@ -90,6 +107,8 @@ def status_message(job: Job, *, previous: str | None = None) -> dict[str, Any]:
         "previous": previous,
         "reason": job.status_reason,
         "restarts": job.restarts,
+        "max_restarts": job.restart_limit,
+        "resumed_from_step": job.resumed_from_step,
         "last_step": job.last_step,
         "steps": job.steps,
         "at": timezone.now().isoformat(),

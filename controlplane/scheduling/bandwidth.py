@@ -16,6 +16,16 @@ Recomputed on every admission, completion, priority change and link change, in f
    priority value x deadline urgency, each job between its floor and its ceiling.
 4. Nothing is ever above a ceiling, and the sum never exceeds the fabric.
 
+On a cluster given with nodes, fabric is a per-node resource: a job whose placement spans
+nodes uses its allocation on *each* node it spans, a job on one node uses none (its ranks talk
+over the node's own memory or loopback). So step 1 grants a spanning job's floor only where
+every node it spans still has room (a local job's floor always); step 2 has no pooled fabric to
+cut budgets to; a spanning job is capped by the slowest fabric among its nodes, a local job
+only by its ceiling (its node's fabric stands in when it has none); and a last step 5 walks the nodes by name and, where the spanning jobs' allocations add
+up to more than the node's fabric, water-fills that fabric among them (by the same weights,
+floors kept, never raising anyone), so no node is ever over its fabric. What a node cut takes
+from a job is not offered to others in the same allocation.
+
 Water-filling with floors and caps finds the level ``x`` at which
 ``sum(clamp(w_i * x, floor_i, cap_i)) == total`` by sweeping the sorted breakpoints, so it costs
 O(n log n).
@@ -24,9 +34,10 @@ O(n log n).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from .types import Allocation, Cluster, JobRequest, RunningJob, TenantQuota
+from .types import Allocation, Cluster, JobRequest, Node, Placement, RunningJob, TenantQuota
 
 # Deadline urgency: 1 while the job would finish with at least half its remaining time to spare,
 # then rising linearly with needed/left time, up to MAX_URGENCY (also used once a deadline passed).
@@ -165,14 +176,19 @@ def allocate(
     tenants: Iterable[TenantQuota],
     running: Sequence[JobRequest],
     now: float,
+    placements: Mapping[str, Placement] | None = None,
 ) -> dict[str, Allocation]:
     """Return the allocation of every job in ``running``, keyed by job id.
 
     ``running`` are the jobs that hold slots (their floors were reserved at admission). A job
-    of a tenant missing from ``tenants`` gets its floor only.
+    of a tenant missing from ``tenants`` gets its floor only. On a cluster with nodes, a job's
+    placement is ``placements[job.id]``, else its own (a :class:`RunningJob`'s); a job with
+    neither counts as local to one node.
     """
     fabric = cluster.fabric_bps
-    floors = _grant_floors(running, fabric)
+    nodes = _Nodes(cluster.nodes, running, placements or {}) if cluster.nodes else None
+    caps = {job.id: _cap(job, fabric) if nodes is None else nodes.cap(job) for job in running}
+    floors = _grant_floors(running, fabric) if nodes is None else nodes.grant_floors(running)
     # Every tenant takes part, idle ones too: their unused quota is what a cohort lends.
     by_tenant = {q.name: _TenantDemand(q) for q in tenants}
     for job in running:
@@ -182,8 +198,8 @@ def allocate(
             t = by_tenant[job.tenant] = _TenantDemand(quota)
         t.jobs.append(job)
         t.floors += floors[job.id]
-        t.demand += max(floors[job.id], _cap(job, fabric))
-    _budgets(list(by_tenant.values()), fabric)
+        t.demand += max(floors[job.id], caps[job.id])
+    _budgets(list(by_tenant.values()), fabric if nodes is None else math.inf)
     allocations: dict[str, Allocation] = {}
     for t in by_tenant.values():
         pressing = [urgency(job, now) for job in t.jobs]
@@ -191,7 +207,7 @@ def allocate(
         shares = water_fill(
             weights,
             [floors[job.id] for job in t.jobs],
-            [max(floors[job.id], _cap(job, fabric)) for job in t.jobs],
+            [max(floors[job.id], caps[job.id]) for job in t.jobs],
             t.budget,
         )
         for job, bps, u, w in zip(t.jobs, shares, pressing, weights, strict=True):
@@ -203,7 +219,79 @@ def allocate(
                 urgency=u,
                 floor_met=floors[job.id] >= job.bandwidth_floor_bps,
             )
+    if nodes is not None:
+        nodes.fit(allocations, floors)
     return allocations
+
+
+class _Nodes:
+    """Per-node fabric for :func:`allocate` (a cluster given with nodes)."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        running: Sequence[JobRequest],
+        placements: Mapping[str, Placement],
+    ) -> None:
+        self.fabric = {n.name: n.fabric_bps for n in nodes}
+        self.widest = max(self.fabric.values(), default=0.0)
+        self.on: dict[str, tuple[str, ...]] = {}  # job id -> the known nodes it runs on
+        self.spanning: dict[str, list[str]] = {}  # node -> ids of spanning jobs on it
+        self.spanners: set[str] = set()
+        for job in running:
+            placement = placements.get(job.id)
+            if placement is None and isinstance(job, RunningJob):
+                placement = job.placement
+            known = tuple(n for n in (placement.nodes if placement else ()) if n in self.fabric)
+            self.on[job.id] = known
+            if placement is not None and placement.spans:
+                self.spanners.add(job.id)
+                for node in known:
+                    self.spanning.setdefault(node, []).append(job.id)
+
+    def spans(self, job: JobRequest) -> bool:
+        return job.id in self.spanners
+
+    def cap(self, job: JobRequest) -> float:
+        """The most the job may get: a spanning job, its ceiling and the slowest fabric among
+        its nodes; a local job, its ceiling (it uses no fabric), else its node's fabric as a
+        stand-in for a finite demand."""
+        ceiling = job.bandwidth_ceiling_bps
+        reach = min((self.fabric[n] for n in self.on[job.id]), default=self.widest)
+        if job.id in self.spanners:
+            return reach if ceiling is None else min(ceiling, reach)
+        return reach if ceiling is None else ceiling
+
+    def grant_floors(self, jobs: Sequence[JobRequest]) -> dict[str, float]:
+        """Step 1 per node: a spanning job's floor where all its nodes still have room."""
+        left = dict(self.fabric)
+        granted: dict[str, float] = {}
+        for job in sorted(jobs, key=_floor_order):
+            floor = job.bandwidth_floor_bps
+            if not self.spans(job):
+                granted[job.id] = floor
+                continue
+            known = self.on[job.id]
+            fits = all(floor <= left[n] for n in known)
+            granted[job.id] = floor if fits else 0.0
+            for n in known:
+                left[n] -= granted[job.id]
+        return granted
+
+    def fit(self, allocations: dict[str, Allocation], floors: Mapping[str, float]) -> None:
+        """Step 5: cut the spanning jobs' allocations on every node over its fabric."""
+        for node in sorted(self.spanning):
+            ids = self.spanning[node]
+            if sum(allocations[i].bps for i in ids) <= self.fabric[node] * (1 + 1e-12):
+                continue
+            cut = water_fill(
+                [allocations[i].weight for i in ids],
+                [floors[i] for i in ids],
+                [allocations[i].bps for i in ids],
+                self.fabric[node],
+            )
+            for i, bps in zip(ids, cut, strict=True):
+                allocations[i] = replace(allocations[i], bps=min(bps, allocations[i].bps))
 
 
 def _cap(job: JobRequest, fabric: float) -> float:

@@ -4,22 +4,26 @@ Two rules, as in Kueue:
 
 1. *Reclaim within a cohort*: a job whose tenant stays at or below its nominal quota (slots and
    floors) after admission may preempt jobs of cohort peers that are borrowing (holding more
-   slots than their nominal), whatever their priority: lent quota is returned on demand. A peer's jobs are
-   taken newest first, and only while the peer still borrows, because the newest jobs are the
-   ones running on borrowed quota. These victims are tried before rule 2's.
-2. *Priority within a tenant*: a job may preempt running jobs of its own tenant with a strictly
-   lower priority, lowest priority first, then newest first.
+   slots than their nominal), whatever their priority: lent quota is returned on demand. A
+   peer's jobs are taken only while the peer still borrows. These victims are tried before
+   rule 2's.
+2. *Priority within a tenant*, as the tenant's :class:`~.types.PreemptionPolicy` allows: running
+   jobs of its own tenant with a strictly lower priority, or also of equal priority submitted
+   later (``LowerOrNewerEqualPriority``); ``Never`` turns off both rules for the tenant's jobs.
 
-Victims are taken in that order until the job fits; then every victim that turns out not to be
-needed is kept running (trying the later picks first), which leaves the fewest victims the order
-allows.
+In both rules victims are ordered lowest priority first, then least work lost (run time since
+the last checkpoint), then newest, and taken until the job fits; then every victim that turns
+out not to be needed is kept running (trying the later picks first), which leaves the fewest
+victims the order allows.
 
-Why two jobs never preempt each other: rule 2 only goes down in priority. For rule 1, say A of
-tenant X reclaimed B of tenant Y. X was at or below nominal right after A's admission, so the
-jobs X admitted up to A fit in X's nominal; for B to take A back, X must be borrowing, and taking
-X's jobs newest first brings X back to nominal before A's turn comes. This needs ``started_at``
-to grow with admission order across decisions (jobs admitted in the same decision share it; ties
-are broken by reversed queue order, which is the order they were admitted in).
+Two protections stop preemption from thrashing (see :class:`~.types.Options`):
+
+- a job admitted less than ``min_run_time_s`` ago is not a victim unless the preemptor is
+  critical;
+- a job already evicted ``eviction_limit`` (k) times is a victim only of a job of strictly
+  higher priority submitted after the victim's last admission. So while no new higher-priority
+  job arrives, a job is evicted at most k times: each eviction past the k-th needs a preemptor
+  that arrived during the victim's current run.
 """
 
 from __future__ import annotations
@@ -27,19 +31,49 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .fairshare import share
+from .placement import Selector
 from .quota import EPSILON, RESOURCES, Account, Ledger
-from .types import JobRequest, Preemption, RunningJob, Snapshot
+from .types import (
+    JobRequest,
+    Options,
+    Preemption,
+    PreemptionPolicy,
+    PriorityClass,
+    RunningJob,
+    Snapshot,
+)
 
 
-def victim_order(job: RunningJob) -> tuple[int, float, str]:
-    """Sort key of rule 2: lowest priority first, then newest first."""
-    return (job.priority, -job.started_at, job.id)
+def victim_order(job: RunningJob, now: float = 0.0) -> tuple[int, float, float, str]:
+    """Sort key of victims: lowest priority first, then least work lost, then newest."""
+    return (job.priority, job.work_lost(now), -job.started_at, job.id)
 
 
 def newest_first(jobs: list[RunningJob]) -> list[RunningJob]:
     """Return ``jobs`` newest first: latest ``started_at``, then latest in queue order."""
     jobs = sorted(jobs, key=lambda j: j.id, reverse=True)
     return sorted(jobs, key=lambda j: (-j.started_at, j.priority, -j.submit_time))
+
+
+def protected(victim: RunningJob, by: JobRequest, now: float, options: Options) -> bool:
+    """Return True when ``by`` may not preempt ``victim`` whatever the quota says."""
+    young = now - victim.started_at < options.min_run_time_s
+    if young and by.priority < PriorityClass.CRITICAL:
+        return True
+    if victim.evictions >= options.eviction_limit:
+        return not (by.priority > victim.priority and by.submit_time > victim.started_at)
+    return False
+
+
+def _own_victim(victim: RunningJob, by: JobRequest, policy: PreemptionPolicy) -> bool:
+    """Return True when the tenant's policy lets ``by`` preempt its own ``victim``."""
+    if victim.priority < by.priority:
+        return policy is not PreemptionPolicy.NEVER
+    return (
+        policy is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+        and victim.priority == by.priority
+        and victim.submit_time > by.submit_time
+    )
 
 
 class Preemptor:
@@ -49,42 +83,68 @@ class Preemptor:
     from it, so the caller only has to add the preemptor.
     """
 
-    def __init__(self, ledger: Ledger, running: Iterable[RunningJob]) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        running: Iterable[RunningJob],
+        now: float = 0.0,
+        options: Options | None = None,
+    ) -> None:
         self.ledger = ledger
+        self.now = now
+        self.options = options or Options()
         self.by_tenant: dict[str, list[RunningJob]] = {}
         for job in running:
             self.by_tenant.setdefault(job.tenant, []).append(job)
         for jobs in self.by_tenant.values():
-            jobs.sort(key=victim_order)
+            jobs.sort(key=self.order)
         self.cohort_members: dict[str, list[Account]] = {}
         for account in ledger.accounts.values():
             if account.cohort is not None:
                 self.cohort_members.setdefault(account.cohort, []).append(account)
         self.gone: set[str] = set()
-        # Per tenant, (priority, slots, floor) of searches that failed: a later job of the same
-        # tenant that is no higher and no smaller fails too (its candidates are a subset and it
-        # needs more), so it is not searched again. Cleared when a search in the cohort succeeds.
-        self.failed: dict[str, list[tuple[int, int, float]]] = {}
+        # Per tenant, (priority, submit time, slots, floor, node selector) of searches that
+        # failed: a later job of the same tenant that is no higher, no newer, no smaller and
+        # asks for the same nodes has no candidate the failed one lacked and needs more, so it
+        # is not searched again. Cleared when a search in the cohort succeeds.
+        self.failed: dict[str, list[tuple[int, float, int, float, Selector]]] = {}
+        # Earliest time a protection that refused a victim runs out (inf: none did).
+        self.protection_ends = float("inf")
+
+    def order(self, job: RunningJob) -> tuple[int, float, float, str]:
+        return victim_order(job, self.now)
 
     def find(self, job: JobRequest) -> list[RunningJob] | None:
         """Return the victims that let ``job`` fit (removed from the ledger), or None."""
-        if self._known_to_fail(job):
+        policy = self.ledger.account(job.tenant).quota.preemption
+        if policy is PreemptionPolicy.NEVER or self._known_to_fail(job, policy):
             return None
-        candidates = self._candidates(job)
+        candidates = self._candidates(job, policy)
         victims = self._take_until_fit(job, candidates) if candidates else None
         if victims is None:
             self.failed.setdefault(job.tenant, []).append(
-                (job.priority, job.slots, job.bandwidth_floor_bps)
+                (
+                    job.priority,
+                    job.submit_time,
+                    job.slots,
+                    job.bandwidth_floor_bps,
+                    job.selector_key,
+                )
             )
             return None
         self._forget_failures(job.tenant)
         self.gone.update(v.id for v in victims)
         return victims
 
-    def _known_to_fail(self, job: JobRequest) -> bool:
+    def _known_to_fail(self, job: JobRequest, policy: PreemptionPolicy) -> bool:
+        newer_equal = policy is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
         return any(
-            job.priority <= p and job.slots >= s and job.bandwidth_floor_bps >= f
-            for p, s, f in self.failed.get(job.tenant, ())
+            (job.priority < p or (job.priority == p and not newer_equal))
+            and job.submit_time <= t
+            and job.slots >= s
+            and job.bandwidth_floor_bps >= f
+            and job.selector_key == selector
+            for p, t, s, f, selector in self.failed.get(job.tenant, ())
         )
 
     def _forget_failures(self, tenant: str) -> None:
@@ -95,13 +155,27 @@ class Preemptor:
         for member in self.cohort_members.get(cohort, ()):
             self.failed.pop(member.name, None)
 
-    def _candidates(self, job: JobRequest) -> list[RunningJob]:
-        """Return reclaimable peer jobs (newest first), then own lower-priority jobs."""
+    def _allowed(self, victim: RunningJob, job: JobRequest) -> bool:
+        if victim.id in self.gone:
+            return False
+        if protected(victim, job, self.now, self.options):
+            self._note_protection(victim)
+            return False
+        return True
+
+    def _note_protection(self, victim: RunningJob) -> None:
+        ends = victim.started_at + self.options.min_run_time_s
+        if ends > self.now:
+            self.protection_ends = min(self.protection_ends, ends)
+
+    def _candidates(self, job: JobRequest, policy: PreemptionPolicy) -> list[RunningJob]:
+        """Return reclaimable peer jobs, then own jobs the policy allows, each in victim
+        order."""
         own = []
         for r in self.by_tenant.get(job.tenant, ()):
-            if r.priority >= job.priority:
-                break  # sorted by priority: no lower-priority job follows
-            if r.id not in self.gone:
+            if r.priority > job.priority:
+                break  # sorted by priority: no lower or equal priority job follows
+            if _own_victim(r, job, policy) and self._allowed(r, job):
                 own.append(r)
         account = self.ledger.account(job.tenant)
         if account.cohort is None or not account.within_nominal_with(job):
@@ -110,9 +184,9 @@ class Preemptor:
         for member in self.cohort_members[account.cohort]:
             if member is not account and member.borrowing():
                 peers.extend(
-                    r for r in self.by_tenant.get(member.name, ()) if r.id not in self.gone
+                    r for r in self.by_tenant.get(member.name, ()) if self._allowed(r, job)
                 )
-        return newest_first(peers) + own
+        return sorted(peers, key=self.order) + own
 
     def _take_until_fit(
         self, job: JobRequest, candidates: list[RunningJob]

@@ -15,6 +15,12 @@ that guarantee. Cohort borrowing of bandwidth happens above the floors, at alloc
 
 The cluster as a whole never holds more slots than it has nor more floors than its fabric.
 The :class:`Ledger` keeps the cohort sums up to date so that a fit check is O(1).
+
+When the cluster is given with nodes, the ledger also keeps a :class:`~.placement.Topology`:
+the cluster totals stay a quick first check, then a job must also be *placed* (all its ranks
+at once, :mod:`.placement`), and floors count per node, only for jobs that span nodes (a job on
+one node uses no fabric), so the pooled fabric check is off. The tenants' floors still count
+every job: a tenant's bandwidth quota covers its local jobs' allocations too.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from .types import Cluster, JobRequest, TenantQuota, WaitCode
+from .placement import Topology
+from .types import Cluster, JobRequest, Placement, RunningJob, TenantQuota, WaitCode
 
 SLOTS = 0
 BANDWIDTH = 1
@@ -156,13 +163,28 @@ class Ledger:
     """Tenants' use of slots and floors, with O(1) fit checks, adds and removes."""
 
     def __init__(self, cluster: Cluster, tenants: Iterable[TenantQuota]) -> None:
-        self.cluster = cluster
-        self.capacity = (float(cluster.slots), cluster.fabric_bps)
         self.used = [0.0, 0.0]
         self.pools: dict[str, Pool] = {}  # slot pools by cohort name
         self.accounts: dict[str, Account] = {}
+        self.topology: Topology | None = None
+        # The last placement found by check(): (state version, job id, placement).
+        self.version = 0
+        self.placed: tuple[int, str, Placement] | None = None
+        self.resize(cluster)
         for quota in tenants:
             self.add_tenant(quota)
+
+    def resize(self, cluster: Cluster) -> None:
+        """Take the cluster's new capacity and nodes (use is unchanged)."""
+        self.cluster = cluster
+        old = self.topology
+        self.topology = Topology.of(cluster)
+        fabric = cluster.fabric_bps if self.topology is None else math.inf
+        self.capacity = (float(cluster.slots), fabric)
+        if old is not None and self.topology is not None:
+            for job_id, (placement, floor) in old.holding.items():
+                self.topology.hold(job_id, placement, floor)
+        self.version += 1
 
     def add_tenant(self, quota: TenantQuota) -> Account:
         pool = None if quota.cohort is None else self.pools.setdefault(quota.cohort, Pool())
@@ -178,12 +200,19 @@ class Ledger:
         return found
 
     def add(self, job: JobRequest) -> None:
+        """Count ``job``'s use; a running job's placement also counts on its nodes."""
         self._change(self.account(job.tenant), demand(job), +1)
+        topology = self.topology
+        if topology is not None and isinstance(job, RunningJob) and job.placement is not None:
+            topology.hold(job.id, job.placement, job.bandwidth_floor_bps)
 
     def remove(self, job: JobRequest) -> None:
         self._change(self.account(job.tenant), demand(job), -1)
+        if self.topology is not None:
+            self.topology.release(job.id)
 
     def _change(self, account: Account, need: tuple[float, float], sign: int) -> None:
+        self.version += 1
         account.jobs += sign
         for r, dim in enumerate(account.dims):
             dim.change(sign * need[r])
@@ -192,13 +221,19 @@ class Ledger:
     def check(self, job: JobRequest) -> WaitCode | None:
         """Return None if ``job`` fits now, else the first reason it does not.
 
-        Checked in the order a person would look: could it ever fit, the tenant's job count,
-        then slots (tenant, cohort, cluster), then the bandwidth floor (tenant, fabric).
+        Checked in the order a person would look: could it ever fit (and, on a cluster with
+        nodes, is there a schedulable node with its labels), the tenant's job count,
+        then slots (tenant, cohort, cluster), then the bandwidth floor (tenant, fabric), then,
+        on a cluster with nodes, whether all its ranks can be placed at once (the placement
+        found is kept for :meth:`placement`).
         """
         account = self.account(job.tenant)
         need = demand(job)
         if self.too_large(account, need):
             return WaitCode.TOO_LARGE
+        topology = self.topology
+        if topology is not None and not topology.eligible(job.selector_key):
+            return WaitCode.NODE_SELECTOR  # no schedulable node carries its labels
         limit = account.quota.max_running_jobs
         if limit is not None and account.jobs + 1 > limit:
             return WaitCode.TENANT_JOBS
@@ -214,7 +249,26 @@ class Ledger:
                 return codes[r][refusal]
             if self.used[r] + need[r] > self.capacity[r] + EPSILON:
                 return codes[r][2]
+        if self.topology is not None:
+            found = self.topology.place_job(job)
+            if not isinstance(found, Placement):
+                return found
+            self.placed = (self.version, job.id, found)
+        elif job.node_selector:
+            return WaitCode.NODE_SELECTOR  # a pooled cluster has no node to carry the labels
         return None
+
+    def placement(self, job: JobRequest) -> Placement | None:
+        """Where ``job`` goes now that :meth:`check` let it in (None on a pooled cluster)."""
+        if self.topology is None:
+            return None
+        placed = self.placed
+        if placed is not None and placed[0] == self.version and placed[1] == job.id:
+            return placed[2]
+        found = self.topology.place_job(job)
+        if not isinstance(found, Placement):
+            raise AssertionError(f"job {job.id} was checked in but cannot be placed: {found}")
+        return found
 
     def too_large(self, account: Account, need: tuple[float, float]) -> bool:
         """Return True when the job could not fit even if nothing else were running."""

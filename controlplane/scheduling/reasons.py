@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from .quota import BANDWIDTH, SLOTS, Account, Ledger
 from .types import JobRequest, PriorityClass, WaitCode
-
-
-def bandwidth(bps: float) -> str:
-    """Format bit/s for people: "1.5 Gbit/s", "200 Mbit/s", "0 bit/s"."""
-    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if abs(bps) >= size:
-            return f"{bps / size:.3g} {unit}"
-    return f"{bps:.3g} bit/s"
+from .units import bandwidth as bandwidth  # re-exported: callers format bit/s with it
 
 
 def _slots(account: Account) -> str:
@@ -46,9 +39,12 @@ def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -
     if code is WaitCode.COHORT_SLOTS:
         lend = _lendable(account)
         return f"{_slots(account)}, needs {job.slots}; cohort {account.cohort} can lend {lend:.0f}"
-    if code is WaitCode.CLUSTER_SLOTS:
-        used, capacity = ledger.used[SLOTS], ledger.capacity[SLOTS]
+    used, capacity = ledger.used[SLOTS], ledger.capacity[SLOTS]
+    full = used + job.slots > capacity
+    if code is WaitCode.CLUSTER_SLOTS and full:
         return f"cluster at {used:.0f}/{capacity:.0f} slots, needs {job.slots}"
+    if code in NODE_CODES:
+        return _unplaced(code, job, ledger)
     reserved = f"{bandwidth(bw.used)}/{bandwidth(bw.nominal)} of floors reserved"
     if code is WaitCode.TENANT_BANDWIDTH:
         return f"floor {floor} cannot be guaranteed: tenant {account.name} has {reserved}"
@@ -58,8 +54,32 @@ def waiting(code: WaitCode, job: JobRequest, account: Account, ledger: Ledger) -
     raise AssertionError(f"no sentence for {code}")  # BLOCKED_BY_HEAD is written by admission
 
 
+# Codes a cluster with nodes gives when the job fits the totals but cannot be placed.
+NODE_CODES = frozenset({WaitCode.CLUSTER_SLOTS, WaitCode.CLUSTER_BANDWIDTH, WaitCode.NODE_SELECTOR})
+
+
+def _unplaced(code: WaitCode, job: JobRequest, ledger: Ledger) -> str:
+    if ledger.topology is not None:
+        return ledger.topology.why_not(job, code)
+    labels = ", ".join(f"{k}={v}" for k, v in job.selector_key)
+    return f"asks for nodes with label {labels}; the cluster was given without nodes"
+
+
 def blocked(head: JobRequest) -> str:
     return f"behind job {head.id} at the head of tenant {head.tenant}'s StrictFIFO queue"
+
+
+def backoff(job: JobRequest, until: float, *, launch: bool = False) -> str:
+    """Why ``job`` waits until ``until``: its evictions, or (``launch``) its launch faults."""
+    count = job.launch_faults if launch else job.evictions
+    times = "once" if count == 1 else f"{count} times"
+    if launch:
+        return f"launch failed {times} in a row (platform fault): backing off until t={until:.3f}"
+    return f"evicted {times}: backing off until t={until:.3f}"
+
+
+def next_turn(tenant: str) -> str:
+    return f"tenant {tenant}'s queue admitted one job this decision; its next turn is the next"
 
 
 def with_position(detail: str, position: int, length: int) -> str:

@@ -17,12 +17,17 @@ def schedule(snapshot: Snapshot, now: float) -> Decision:
     allocation and every waiting reason.
     """
     _check_unique(snapshot)
-    outcome = admit(snapshot)
+    outcome = admit(snapshot, now)
     gone = {v.id for v in outcome.victims}
     holding: list[JobRequest] = [r for r in snapshot.running if r.id not in gone]
     holding.extend(outcome.admitted)
+    placements = {a.job_id: a.placement for a in outcome.admissions if a.placement is not None}
     allocations = allocate(
-        cluster=snapshot.cluster, tenants=snapshot.tenants, running=holding, now=now
+        cluster=snapshot.cluster,
+        tenants=snapshot.tenants,
+        running=holding,
+        now=now,
+        placements=placements,
     )
     return Decision(
         admissions=tuple(outcome.admissions),

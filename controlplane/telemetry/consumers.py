@@ -1,6 +1,7 @@
 """Websocket consumers: authenticate, check tenancy, join groups, forward.
 
-    ws/jobs/<id>/        a job's status, metrics, link, alarm, allocation messages
+    ws/jobs/<id>/        a job's status, metrics, link, alarm, allocation messages, and its
+                         logs (``log``: every rank's new lines, after a bounded backlog)
     ws/tenants/<slug>/   a tenant's status, alarm, allocation and per-job metrics summaries
     ws/cluster/          everything cluster-wide; members only get their own tenants' share
     ws/alarms/           alarms (and acknowledgements) of every tenant the user belongs to
@@ -12,6 +13,8 @@ that lost its right to listen is closed with 4404, like one that never had it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -20,7 +23,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from controlplane.jobs.access import jobs_for
 from controlplane.jobs.state import status_message
 from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group, user_group
+from controlplane.telemetry.logs import LogFollower
+from controlplane.telemetry.metrics import WEBSOCKET_CLIENTS
 from controlplane.tenancy.access import tenants_for
+
+LOG_POLL_S = 0.5  # how often a job socket looks for new log lines
 
 # Close codes (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
@@ -31,6 +38,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """Base: subclasses say which groups a user may join (``resolve``) and what to forward."""
 
     groups_joined: list[str]
+    kind = "live"  # label of the websocket-clients metric
 
     async def resolve(self, user: Any) -> list[str] | None:
         """Return the groups ``user`` may join here, or None when the object is not theirs."""
@@ -65,10 +73,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         await self._join([*groups, user_group(user.pk)])
         await self.accept()
+        self.counted = True
+        WEBSOCKET_CLIENTS.labels(kind=self.kind).inc()
         for message in await self.greeting():
             await self.send_json(message)
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            WEBSOCKET_CLIENTS.labels(kind=self.kind).dec()
+            self.counted = False
         await self._join([])
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
@@ -105,7 +118,34 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
 
 class JobConsumer(LiveConsumer):
-    """``ws/jobs/<id>/``: everything about one job of the user's tenants."""
+    """``ws/jobs/<id>/``: everything about one job of the user's tenants, and its logs.
+
+    Logs are files in the run folder, not messages: each socket follows them itself (reads
+    only, in a thread), sending a bounded backlog first and then new lines every LOG_POLL_S.
+    This needs the run folder on this server's machine (one node today).
+    """
+
+    kind = "job"
+    log_task: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.groups_joined:  # accepted: the job is the user's
+            self.log_task = asyncio.create_task(self.follow_logs(LogFollower(self.job.run_dir)))
+
+    async def disconnect(self, code: int) -> None:
+        if self.log_task is not None:
+            self.log_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.log_task
+        await super().disconnect(code)
+
+    async def follow_logs(self, follower: LogFollower) -> None:
+        """Send new log lines until the socket closes or loses its right to the job."""
+        while self.groups_joined:
+            for chunk in await asyncio.to_thread(follower.poll):
+                await self.send_json(chunk.message())
+            await asyncio.sleep(LOG_POLL_S)
 
     async def resolve(self, user: Any) -> list[str] | None:
         self.job = await _visible_job(user, int(self.scope["url_route"]["kwargs"]["job_id"]))
@@ -121,6 +161,8 @@ class JobConsumer(LiveConsumer):
 class TenantConsumer(LiveConsumer):
     """``ws/tenants/<slug>/``: one tenant the user belongs to."""
 
+    kind = "tenant"
+
     async def resolve(self, user: Any) -> list[str] | None:
         pk = await _visible_tenant_pk(user, self.scope["url_route"]["kwargs"]["slug"])
         return None if pk is None else [tenant_group(pk)]
@@ -131,6 +173,8 @@ class ClusterConsumer(LiveConsumer):
 
     Messages that name no tenant (cluster-wide figures) go to everyone who may look.
     """
+
+    kind = "cluster"
 
     slugs: frozenset[str] | None = None  # None: no narrowing (site admin)
 
@@ -147,6 +191,8 @@ class ClusterConsumer(LiveConsumer):
 
 class AlarmsConsumer(LiveConsumer):
     """``ws/alarms/``: alarms of every tenant the user belongs to."""
+
+    kind = "alarms"
 
     async def resolve(self, user: Any) -> list[str]:
         return [tenant_group(pk) for pk in await _visible_tenant_pks(user)]

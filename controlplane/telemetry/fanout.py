@@ -1,9 +1,10 @@
 """Fan-out: channel-layer sends from sync code on one long-lived event loop.
 
-Why not ``async_to_sync(layer.group_send)`` per message (what ``lib.publish`` does): each
-call spins an event loop and a fresh Redis connection, which caps the ingest loop at a few
-hundred messages a second. Here one daemon thread owns a loop and the layer's connections;
-the ingest hands it a whole batch, and the batch's groups are sent to concurrently.
+Why not ``async_to_sync(layer.group_send)`` per message: each call spins an event loop and
+a fresh Redis connection, which caps the ingest loop at a few hundred messages a second. Nor
+``lib.publish``, which keeps one loop too but sends one message at a time and waits for it.
+Here one daemon thread owns a loop and the layer's connections; the ingest hands it a whole
+batch, and the batch's groups are sent to concurrently.
 
 A slow browser cannot slow the others: ``group_send`` appends to each member's own
 channel list in Redis and never waits for a reader (a member over its capacity loses

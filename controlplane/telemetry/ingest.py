@@ -3,7 +3,10 @@
     python manage.py telemetry_ingest
 
 Runs write to ``telemetry_stream(job_id)`` and add the job id to
-ACTIVE_STREAMS_KEY. Each ``Ingest.step`` reads a batch from every active stream,
+ACTIVE_STREAMS_KEY. The streams to read are those of every job the database says is
+running or restarting, plus the active set (a finished job's last messages): a Redis
+restart empties the set, and the database stays the record of what should be
+streaming. Each ``Ingest.step`` reads a batch from every such stream,
 stores what should be kept in bulk (samples, alarms, the latest state of each link),
 hands every message to the fan-out for the job's group (alarms and a throttled metrics
 summary also to the tenant and cluster groups), and retires the streams of finished
@@ -19,7 +22,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.conf import settings
@@ -27,7 +30,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.jobs.choices import TERMINAL
+from controlplane.jobs.choices import TERMINAL, JobStatus
 from controlplane.jobs.models import Job
 from controlplane.telemetry.fanout import Fanout, Outgoing, shared_fanout
 from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 CURSORS_KEY = "synclane:telemetry:cursors"
 BATCH = 500
 RETIRE_AFTER = dt.timedelta(seconds=30)
+# Jobs whose ranks are (or are about to be) reporting: their streams are read even when
+# the active set does not name them.
+STREAMING = (JobStatus.RUNNING, JobStatus.RESTARTING)
 
 
 # Tenant and cluster pages get a per-job summary of metrics at most this often.
@@ -73,19 +79,25 @@ class Ingest:
     def step(self, *, block_ms: int = 500) -> int:
         """Read, store and forward one batch; return the number of messages handled.
 
-        Steps: 1. one XREAD over every active stream; 2. one query for their jobs; 3. the
+        Steps: 1. one XREAD over every stream that should be live (``streaming_job_ids``); 2. one query for their jobs; 3. the
         batch (alarms aside) goes to the fan-out, which sends it on its own loop; 4. one
         transaction stores every job's samples, link states, alarms and last step (a
         commit per job cost a disk sync each and let latency pile up at 20 runs); 5. the
         alarms follow to the fan-out; 6. cursors advance; 7. drained streams of finished
         jobs are retired.
         """
-        job_ids = sorted(int(j) for j in self.client.smembers(protocol.ACTIVE_STREAMS_KEY))
+        job_ids = self.streaming_job_ids()
         if not job_ids:
             return 0
-        cursors = self.client.hgetall(CURSORS_KEY)
-        streams = {protocol.telemetry_stream(j): cursors.get(str(j), "0-0") for j in job_ids}
-        batches = self.client.xread(streams, count=BATCH, block=block_ms) or []
+        # The client decodes responses (decode_responses=True): str keys and values.
+        cursors = cast("dict[str, str]", self.client.hgetall(CURSORS_KEY))
+        streams: dict[Any, Any] = {
+            protocol.telemetry_stream(j): cursors.get(str(j), "0-0") for j in job_ids
+        }
+        batches = cast(
+            "list[tuple[str, list[tuple[str, dict[str, str]]]]]",
+            self.client.xread(streams, count=BATCH, block=block_ms) or [],
+        )
         read = {int(stream.rsplit(":", 1)[1]): entries for stream, entries in batches}
         jobs = {
             job.pk: job
@@ -119,6 +131,12 @@ class Ingest:
             self.client.hset(CURSORS_KEY, mapping={str(j): e[-1][0] for j, e in read.items()})
         self._retire_finished(set(job_ids) - set(read))
         return sum(len(entries) for entries in read.values())
+
+    def streaming_job_ids(self) -> list[int]:
+        """Return the jobs whose streams to read: running or restarting, and the active set."""
+        from_db = Job.objects.filter(status__in=STREAMING).values_list("pk", flat=True)
+        registered = self.client.smembers(protocol.ACTIVE_STREAMS_KEY)
+        return sorted({*from_db, *(int(j) for j in registered)})
 
     def flush(self) -> None:
         """Wait until everything read so far has been handed to the channel layer."""

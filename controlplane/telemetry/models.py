@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from controlplane.jobs.models import Job
+from workers.runtime import protocol
 
 
 class MetricSample(models.Model):
@@ -25,10 +26,12 @@ class MetricSample(models.Model):
 
 
 class AlarmKind(models.TextChoices):
-    SYNC_DRIFT = "sync_drift", "Sync drift"
-    LINK_DEGRADED = "link_degraded", "Degraded link"
-    STRAGGLER = "straggler", "Straggler"
-    QUOTA = "quota", "Quota"
+    """A run's alarm kinds (``protocol.ALARM_KINDS``, a test checks) and the control plane's own."""
+
+    SYNC_DRIFT = protocol.ALARM_SYNC_DRIFT, "Sync drift"
+    LINK_DEGRADED = protocol.ALARM_LINK_DEGRADED, "Degraded link"
+    STRAGGLER = protocol.ALARM_STRAGGLER, "Straggler"
+    QUOTA = "quota", "Quota"  # for the control plane's own alarms; a run never sends it
 
 
 class Alarm(models.Model):

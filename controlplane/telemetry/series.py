@@ -110,7 +110,9 @@ def link_cells(data: Mapping[str, Any]) -> list[LinkCell]:
                 reissued=_flag(data.get("reissued")),
             )
         ]
-    matrices = {f: data.get(f) for f in LINK_FIELDS if isinstance(data.get(f), list)}
+    matrices: dict[str, list[Any]] = {
+        f: data[f] for f in LINK_FIELDS if isinstance(data.get(f), list)
+    }
     if not matrices:
         return []
     n = max(len(m) for m in matrices.values())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
@@ -12,7 +11,7 @@ from django.utils import timezone
 from controlplane.lib.publish import publish_on_commit
 from controlplane.telemetry.groups import job_group, tenant_group
 from controlplane.telemetry.models import Alarm
-from controlplane.tenancy.access import AnyUser, acting_tenants_for, tenants_for
+from controlplane.tenancy.access import AnyUser, acting_tenants_for, recorded_actor, tenants_for
 
 
 def alarms_for(user: AnyUser) -> QuerySet[Alarm]:
@@ -20,6 +19,24 @@ def alarms_for(user: AnyUser) -> QuerySet[Alarm]:
     return Alarm.objects.filter(job__tenant__in=tenants_for(user)).select_related(
         "job", "job__tenant", "acknowledged_by"
     )
+
+
+def filtered_alarms(alarms: QuerySet[Alarm], wanted: dict[str, Any]) -> QuerySet[Alarm]:
+    """Narrow alarms by ``state`` (open/cleared), ``kind``, ``tenant`` slug, ``job`` id and
+    ``unacknowledged``; a missing or empty filter narrows nothing (the page and the API)."""
+    if wanted.get("state") == "open":
+        alarms = alarms.filter(cleared_at__isnull=True)
+    elif wanted.get("state") == "cleared":
+        alarms = alarms.filter(cleared_at__isnull=False)
+    if wanted.get("kind"):
+        alarms = alarms.filter(kind=wanted["kind"])
+    if wanted.get("tenant"):
+        alarms = alarms.filter(job__tenant__slug=wanted["tenant"])
+    if wanted.get("job"):
+        alarms = alarms.filter(job_id=wanted["job"])
+    if wanted.get("unacknowledged"):
+        alarms = alarms.filter(acknowledged=False)
+    return alarms
 
 
 def get_actable_alarm_for(user: AnyUser, alarm_id: int) -> Alarm:
@@ -32,7 +49,7 @@ def get_actable_alarm_for(user: AnyUser, alarm_id: int) -> Alarm:
         raise Http404("No such alarm") from None
 
 
-def alarm_acknowledge(*, alarm: Alarm, actor: AbstractBaseUser) -> Alarm:
+def alarm_acknowledge(*, alarm: Alarm, actor: AnyUser) -> Alarm:
     """Mark the alarm acknowledged by ``actor`` (idempotent); return it.
 
     Only the first acknowledgement is recorded (a conditional update that must touch
@@ -40,7 +57,7 @@ def alarm_acknowledge(*, alarm: Alarm, actor: AbstractBaseUser) -> Alarm:
     """
     now = timezone.now()
     updated = Alarm.objects.filter(pk=alarm.pk, acknowledged=False).update(
-        acknowledged=True, acknowledged_at=now, acknowledged_by=actor
+        acknowledged=True, acknowledged_at=now, acknowledged_by=recorded_actor(actor)
     )
     alarm.refresh_from_db()
     if updated:

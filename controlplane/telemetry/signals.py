@@ -1,7 +1,7 @@
 """Tell a user's open sockets to re-check access when the user's memberships change.
 
 A receiver, not a service call, because memberships are written in several places
-(admin, tenancy services, the shell) and every one of them must end a socket that lost
+(admin, seed_demo, the shell) and every one of them must end a socket that lost
 its right to listen. It only sends a notice after commit; the consumer re-reads.
 """
 

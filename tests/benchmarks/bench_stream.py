@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from controlplane import devstack  # noqa: E402
+from controlplane.lib.secret_key import ensure_key_file  # noqa: E402
 
 FULL = [(1, 1), (1, 10), (5, 10), (5, 50), (20, 10), (20, 50), (40, 50), (20, 100)]
 QUICK = [(5, 10), (20, 50)]
@@ -82,6 +83,7 @@ def _start(stack: devstack.Stack, work: Path) -> dict[str, str]:
         "REDIS_URL": redis_url,
         "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
         "SYNCLANE_RUN_DIR": str(work),
+        "DJANGO_SECRET_KEY": ensure_key_file(work),
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
         "SYNCLANE_LOG_LEVEL": "WARNING",
     }

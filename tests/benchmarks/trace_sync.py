@@ -66,7 +66,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
     from workers.runtime.config import RuntimeConfig
     from workers.runtime.engine import CommEngine
-    from workers.runtime.wrap import wrap
+    from workers.runtime.session import wrap
     from workers.workloads import tiny_gpt
 
     torch.set_num_threads(1)

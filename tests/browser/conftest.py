@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -45,3 +46,15 @@ def page(browser):
     page = context.new_page()
     yield page
     context.close()
+
+
+def wait_for(page, expression: str, *, timeout_s: float) -> None:
+    """Poll ``expression`` in the page until it is truthy; fail after ``timeout_s``.
+
+    Playwright's wait_for_function compiles its predicate with eval, which the pages'
+    Content-Security-Policy (script-src 'self') refuses; page.evaluate is not affected.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
+        page.wait_for_timeout(250)

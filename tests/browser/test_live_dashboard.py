@@ -17,6 +17,7 @@ from django.conf import settings
 from workers.runtime.reporter import Reporter
 
 from ..conftest import PASSWORD
+from .conftest import wait_for
 from .test_submit_and_watch import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -57,14 +58,12 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     job_id = submit(live, "alice", steps=2000, sync="adaptive")
     log_in(page, live, "alice")
     page.goto(f"{live.url}/jobs/{job_id}/")
-    page.wait_for_function(
-        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
-    )
+    wait_for(page, "document.getElementById('live-state').textContent === 'live'", timeout_s=15)
 
     # 1. The loss chart gains points while the run trains.
-    page.wait_for_function("window.synclane.points >= 3", timeout=120_000)
+    wait_for(page, "window.synclane.points >= 3", timeout_s=120)
     seen = page.evaluate("window.synclane.points")
-    page.wait_for_function(f"window.synclane.points > {seen}", timeout=60_000)
+    wait_for(page, f"window.synclane.points > {seen}", timeout_s=60)
 
     # 2. A probe round fills the heatmap.
     run = reporter_for(job_id)
@@ -79,7 +78,7 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
             state=state,
         )
     # The run probes its links too (pairs src < dst); the injected 1 -> 0 pair is degraded.
-    page.wait_for_function("window.synclane.links.state[1][0] === 'degraded'", timeout=5_000)
+    wait_for(page, "window.synclane.links.state[1][0] === 'degraded'", timeout_s=5)
     z = page.evaluate("document.getElementById('chart-heatmap').data[0].z")
     assert z[1][0] == 1 and z[0][1] in (0, 1)
 
@@ -87,12 +86,15 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     run.alarm("sync_drift", value=0.21, threshold=0.05, step=12, detail="rank 1 drifted 0.2100")
     page.wait_for_selector("#alarm-rows tr.alarm-open[data-kind=sync_drift]", timeout=5_000)
     assert "0.21" in page.inner_text("#alarm-rows")
-    # 4. The log tail shows rank 0's output (files: fetched on request, not streamed).
-    page.click("#logs-refresh")
-    page.wait_for_function(
-        "document.getElementById('logs').textContent.includes('rank 0')", timeout=10_000
+    # 4. The live log shows rank 0's output as it is written, and rank 1's when picked.
+    wait_for(
+        page, "document.getElementById('log-view').textContent.includes('tiny_gpt:')", timeout_s=30
     )
-    assert "tiny_gpt" in page.inner_text("#logs")
+    lines = page.evaluate("window.synclane.logLines")
+    wait_for(page, f"window.synclane.logLines > {lines}", timeout_s=30)  # still live
+    page.select_option("#log-source", "1")
+    assert "tiny_gpt:" not in page.inner_text("#log-view")  # rank 0 alone prints the banner
+    page.select_option("#log-source", "0")
     shoot(page, "job")
     run.alarm(
         "sync_drift", value=0.01, threshold=0.05, step=20, state="cleared", detail="drift recovered"
@@ -103,7 +105,7 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
 
     # 5. A dropped socket reconnects and backfills what it missed.
     page.evaluate("window.synclaneSocket.close()")
-    page.wait_for_function("window.synclane.backfills >= 1", timeout=15_000)
+    wait_for(page, "window.synclane.backfills >= 1", timeout_s=15)
     assert page.inner_text("#live-state") == "live"
 
     # The other pages, while the run is live (screenshots for the README).
@@ -118,9 +120,7 @@ def test_a_running_jobs_page_grows_shows_links_and_a_drift_alarm_raised_then_cle
     page.context.clear_cookies()
     log_in(page, live, "root")
     page.goto(f"{live.url}/cluster/")
-    page.wait_for_function(
-        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
-    )
+    wait_for(page, "document.getElementById('live-state').textContent === 'live'", timeout_s=15)
     page.wait_for_timeout(2_500)  # a couple of live allocation/throughput points
     shoot(page, "cluster")
     token = live.token("alice", PASSWORD)

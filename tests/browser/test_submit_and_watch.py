@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import PASSWORD
+from .conftest import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,6 +21,7 @@ def log_in(page, live, username: str) -> None:
 def submit_form(page, *, name: str, world_size: str, steps: str) -> None:
     page.select_option("select[name=tenant]", "vision")
     page.fill("input[name=name]", name)
+    page.select_option("select[name=workload]", "tiny_gpt")  # the form's default is own code
     page.fill("input[name=world_size]", world_size)
     page.fill("input[name=steps]", steps)
     page.click("form.submit-form button[type=submit]")
@@ -30,15 +32,13 @@ def test_a_user_submits_a_job_and_sees_the_live_chart_draw(page, live, alice):
     submit_form(page, name="from the browser", world_size="2", steps="40")
 
     page.wait_for_url(f"{live.url}/jobs/*/")
-    page.wait_for_function(
-        "document.getElementById('live-state').textContent === 'live'", timeout=15_000
-    )
+    wait_for(page, "document.getElementById('live-state').textContent === 'live'", timeout_s=15)
     # Points arrive over the websocket (nothing polls), so the count grows while it runs.
-    page.wait_for_function("window.synclane.points >= 3", timeout=120_000)
+    wait_for(page, "window.synclane.points >= 3", timeout_s=120)
     drawn = page.evaluate("document.getElementById('chart-loss').data[0].x.length")
     assert drawn >= 3
-    page.wait_for_function(
-        "document.getElementById('job-status').textContent === 'succeeded'", timeout=120_000
+    wait_for(
+        page, "document.getElementById('job-status').textContent === 'succeeded'", timeout_s=120
     )
     assert "running → succeeded" in page.inner_text("#events").replace("\n", " ")
 

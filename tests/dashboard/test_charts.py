@@ -98,14 +98,14 @@ def test_stacked_area_has_one_stacked_trace_per_tenant():
 
 def test_topology_colours_links_by_health_and_skips_unknown_nodes():
     nodes = [
-        {"name": "a", "slots": 4, "used": 2, "state": "down"},
-        {"name": "b", "slots": 4, "used": 0},
+        {"name": "a", "slots": 4, "used": 2, "link_state": "down", "state": "ready"},
+        {"name": "b", "slots": 4, "used": 0, "state": "cordoned"},
     ]
     links = [{"a": "a", "b": "b", "state": "degraded"}, {"a": "a", "b": "zzz", "state": "ok"}]
     fig = charts.topology_figure(nodes, links)
     lines = [t for t in fig["data"] if t["mode"] == "lines"]
     assert len(lines) == 1 and lines[0]["line"]["color"] == charts.HEALTH_COLOURS["degraded"]
-    assert "a (2/4 slots)" in fig["data"][-1]["text"]
+    assert fig["data"][-1]["text"] == ["a (2/4 slots)", "b (0/4 slots, cordoned)"]
     assert fig["data"][-1]["marker"]["color"][0] == charts.HEALTH_COLOURS["down"]
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from controlplane.jobs.choices import PriorityClass
+from controlplane.jobs.choices import JobStatus, PriorityClass
+from controlplane.jobs.models import Job
 from controlplane.telemetry.models import Alarm, LinkState, MetricSample
 
 from .conftest import client_for
@@ -153,27 +155,37 @@ def test_a_viewer_can_neither_change_priority_nor_see_the_form(client, charlie, 
     assert visions_job.priority == PriorityClass.NORMAL
 
 
-def test_the_page_tails_rank_0_and_a_failing_rank(client, alice, visions_job, settings, tmp_path):
-    settings.SYNCLANE_JOBS_DIR = tmp_path
-    attempt = visions_job.run_dir / "logs" / "abc_x1" / "attempt_0"
-    for rank, err in (
-        (0, ""),
-        (1, "Traceback (most recent call last):\nRuntimeError: boom\n"),
-        (2, ""),
-    ):
-        (attempt / str(rank)).mkdir(parents=True)
-        (attempt / str(rank) / "stdout.log").write_text(f"rank {rank} step 1\n")
-        (attempt / str(rank) / "stderr.log").write_text(err)
-    (visions_job.run_dir / "torchrun.log").write_text("torchrun: worker 1 FAILED\n")
-
+def test_the_log_panel_offers_every_rank_and_torchrun(client, alice, visions_job):
+    """The lines themselves arrive over the job's websocket (tests/telemetry/test_consumer_logs)."""
     page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
+    options = re.findall(r'<option value="([^"]+)">', page.split('id="log-source"')[1])
+    assert options[:3] == ["0", "1", "torchrun"]
+    assert 'id="log-view"' in page and "logs-refresh" not in page
 
-    assert (
-        "rank 0 step 1" in page
-        and "RuntimeError: boom" in page
-        and "torchrun: worker 1 FAILED" in page
+
+def test_a_job_that_reported_no_metrics_shows_it_with_exit_status_and_wall_time(
+    client, alice, visions_job
+):
+    started = timezone.now() - dt.timedelta(seconds=42)
+    Job.objects.filter(pk=visions_job.pk).update(
+        status=JobStatus.SUCCEEDED,
+        started_at=started,
+        finished_at=started + dt.timedelta(seconds=42),
+        exit_code=0,
+        exit_reason="finished",
     )
-    assert "rank 2 step 1" not in page
+    page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
+    assert "No metrics were reported" in page
+    assert re.search(r'id="job-exit">0 · finished<', page)
+    assert re.search(r'id="job-wall">42 s<', page)
+
+
+def test_a_job_with_metrics_has_no_such_notice(client, alice, visions_job):
+    MetricSample.objects.create(
+        job=visions_job, step=1, reported_at=timezone.now(), data={"loss": 2.0}
+    )
+    page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
+    assert 'id="no-metrics"' not in page
 
 
 def test_the_eta_follows_the_pace_so_far(client, alice, visions_job):

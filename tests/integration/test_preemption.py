@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 
 import pytest
 from django.db.models import F
@@ -12,6 +11,7 @@ from django.db.models import F
 from controlplane.jobs.choices import ACTIVE, TERMINAL
 from controlplane.jobs.models import Job, JobEvent
 from controlplane.telemetry.models import MetricSample
+from tests.faults import wait_until
 
 from ..conftest import PASSWORD
 
@@ -23,13 +23,6 @@ def submit(live, token: str, **fields) -> dict:
     status, job = live.request("POST", "/api/v1/jobs/", body, token=token)
     assert status == 201, job
     return job
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_a_critical_job_preempts_a_low_job_which_resumes_from_its_checkpoint(live, alice, vision):

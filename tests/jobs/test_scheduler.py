@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
+import pytest
+from django.utils import timezone
+
+from controlplane.jobs import adapters
 from controlplane.jobs.choices import PriorityClass
 from controlplane.jobs.models import Job, Node
 from controlplane.jobs.scheduler import schedule_pass
-from controlplane.jobs.services import job_set_priority, job_submit, queue_position
+from controlplane.jobs.services import (
+    SCHEDULE_PENDING_KEY,
+    job_set_priority,
+    job_submit,
+    queue_position,
+    request_schedule,
+)
 from controlplane.jobs.spec import JobSpec
+from controlplane.lib.tasks import clear_pending
 from workers.runtime import protocol
 
 
@@ -42,7 +53,8 @@ def test_it_rejects_a_job_over_the_tenant_quota_with_a_reason_and_position(visio
     assert statuses(first, second) == ["admitted", "queued"]
     waiting = fresh(second)
     assert waiting.wait_code == "tenant_slots"
-    assert waiting.status_reason == "waiting: tenant vision at 3/4 slots, needs 2; position 1 of 1"
+    assert waiting.status_reason == "waiting: tenant vision at 3/4 slots, needs 2"
+    assert queue_position(waiting) == 1
 
 
 def test_higher_priority_is_admitted_first(vision, alice):
@@ -107,6 +119,21 @@ def test_allocations_are_written_to_jobs_and_to_redis(
     assert private_redis.get(protocol.allocation_key(job.pk)) == str(400_000_000)
 
 
+def test_the_next_pass_restores_allocations_that_a_redis_restart_lost(
+    private_redis, vision, alice, django_capture_on_commit_callbacks
+):
+    job = submit(vision, alice, ranks=2, bandwidth_floor_mbps=100, bandwidth_ceiling_mbps=400)
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_pass()
+    private_redis.flushdb()  # what a restart of a Redis without persistence leaves
+
+    with django_capture_on_commit_callbacks(execute=True):
+        result = schedule_pass()  # nothing changed in the database
+
+    assert result.allocations[job.pk] == pytest.approx(400.0)
+    assert private_redis.get(protocol.allocation_key(job.pk)) == str(400_000_000)
+
+
 def test_a_job_that_ends_releases_its_allocation(
     private_redis, vision, alice, django_capture_on_commit_callbacks
 ):
@@ -161,3 +188,71 @@ def test_a_tenant_without_bandwidth_quota_still_gets_a_trickle(vision, alice, se
     vision.save()
     job = submit(vision, alice, ranks=1)
     assert schedule_pass().allocations[job.pk] == settings.SYNCLANE_MIN_ALLOCATION_MBPS
+
+
+def test_a_preempted_job_counts_its_eviction_and_when_it_happened(vision, alice):
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    Job.objects.filter(pk=low.pk).update(status="running")
+    submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+    schedule_pass()
+    assert fresh(low).evictions == 1 and fresh(low).evicted_at is not None
+
+
+def test_a_job_within_the_minimum_run_time_is_protected_from_a_high_job(vision, alice, settings):
+    settings.SYNCLANE_MIN_RUN_TIME_S = 3600
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    Job.objects.filter(pk=low.pk).update(status="running")
+    high = submit(vision, alice, ranks=4, priority=PriorityClass.HIGH)
+    assert schedule_pass().preempted == []
+    critical = submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+    result = schedule_pass()
+    assert result.preempted == [low.pk] and result.admitted == [critical.pk]
+    assert fresh(high).status == "queued"
+
+
+def test_an_evicted_job_backs_off_before_it_is_admitted_again(vision, alice, settings):
+    settings.SYNCLANE_BACKOFF_BASE_S = 600
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    critical = submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+    schedule_pass()  # low was only admitted: straight back to the queue, evicted once
+    Job.objects.filter(pk=critical.pk).update(status="cancelled")
+    assert schedule_pass().admitted == []
+    assert fresh(low).wait_code == "backoff"
+
+
+def test_a_queue_whose_policy_is_never_preempts_nothing(vision, alice):
+    assert vision.queues.filter(name="default").update(preemption="never") == 1
+    low = submit(vision, alice, ranks=4, priority=PriorityClass.LOW)
+    schedule_pass()
+    Job.objects.filter(pk=low.pk).update(status="running")
+    submit(vision, alice, ranks=4, priority=PriorityClass.CRITICAL)
+    assert schedule_pass().preempted == []
+
+
+def test_the_snapshot_carries_checkpoint_interval_admission_time_and_evictions(vision, alice):
+    job = submit(vision, alice, ranks=2, hyperparameters={"checkpoint_every": 10})
+    schedule_pass()
+    started = timezone.now() - dt.timedelta(seconds=20)
+    Job.objects.filter(pk=job.pk).update(
+        status="running", started_at=started, last_step=40, evictions=2
+    )
+    (running,) = adapters.snapshot().running
+    assert running.checkpoint_interval_s == pytest.approx(5.0, rel=0.05)  # 10 steps at 2/s
+    assert running.started_at == fresh(job).admitted_at.timestamp()
+    assert running.evictions == 2
+
+
+def test_a_burst_of_schedule_requests_queues_one_pass_until_it_starts(
+    db, private_redis, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(5):
+            request_schedule()
+    assert private_redis.llen("control") == 1
+    clear_pending(SCHEDULE_PENDING_KEY)  # what the pass does first
+    with django_capture_on_commit_callbacks(execute=True):
+        request_schedule()
+    assert private_redis.llen("control") == 2

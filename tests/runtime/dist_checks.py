@@ -25,10 +25,10 @@ from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, CommEngine
 from workers.runtime.health import LinkFailure
 from workers.runtime.reporter import AllocationClient, Reporter
+from workers.runtime.session import SynclaneDDP, wrap
 from workers.runtime.stats import CommStats
 from workers.runtime.strategies import local_step_scale
 from workers.runtime.throttle import TokenBucket, link_rate_fn
-from workers.runtime.wrap import SynclaneDDP, wrap
 
 
 class Net(nn.Module):
@@ -97,7 +97,7 @@ def base_cfg(**changes: Any) -> RuntimeConfig:
 
 
 def check_numerics() -> dict[str, Any]:
-    """full (plain, chunked+fused+throttled) vs plain DDP; adaptive critical grads vs full."""
+    """full (plain; small buckets + throttled) vs plain DDP; adaptive critical grads vs full."""
     net, opt = fresh()
     plain = DistributedDataParallel(net)
     plain_losses = train(plain, opt, 5)
@@ -120,7 +120,7 @@ def check_numerics() -> dict[str, Any]:
     # Adaptive vs full on the same state: step 1 is warm-up (full); compare step 2's grads.
     grads: dict[str, dict[str, torch.Tensor]] = {}
     for strategy in ("full", "adaptive"):
-        model, opt = wrapped(base_cfg(sync=strategy, warmup_steps=1))
+        model, opt = wrapped(base_cfg(sync=strategy, warmup_steps=1, compress="none"))
         train(model, opt, 1)
         loss = model(*batch(dist.get_rank(), 2))
         opt.zero_grad(set_to_none=True)
@@ -147,8 +147,11 @@ def check_peers() -> dict[str, Any]:
     """powersgd and localsgd run, count bytes, and localsgd re-synchronises replicas."""
     out: dict[str, Any] = {}
     for strategy in ("full", "powersgd", "localsgd", "adaptive"):
+        # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16).
         model, opt = wrapped(
-            base_cfg(sync=strategy, warmup_steps=2, sync_period=3, drift_threshold=10.0)
+            base_cfg(
+                sync=strategy, warmup_steps=2, sync_period=3, drift_threshold=10.0, compress="none"
+            )
         )
         per_step = []
         for step in range(1, 9):
@@ -428,8 +431,11 @@ def check_fast_link() -> dict[str, Any]:
     of full sync is < 0.2: fast-link mode after the 2 warm-up steps); steps 9-16 do not
     (share > 0.3: selective sync again).
     """
+    # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16).
     model, opt = wrapped(
-        base_cfg(sync="adaptive", warmup_steps=2, link_mbps=200.0, drift_threshold=10.0)
+        base_cfg(
+            sync="adaptive", warmup_steps=2, link_mbps=200.0, drift_threshold=10.0, compress="none"
+        )
     )
     steps = []
     for step in range(1, 17):
@@ -449,7 +455,7 @@ def check_fast_link() -> dict[str, Any]:
             }
         )
     model.session.close()
-    return {"steps": steps}
+    return {"steps": steps, "figure_names": sorted(figures)}
 
 
 def lanes(
@@ -584,6 +590,39 @@ def _flat_named(by_name: dict[str, nn.Parameter], names: list[str]) -> torch.Ten
     return torch.cat([by_name[n].detach().reshape(-1) for n in names] or [torch.zeros(0)])
 
 
+def check_compress() -> dict[str, Any]:
+    """adaptive with bf16 error-feedback compression against fp32: bytes, replica agreement."""
+
+    def same_on_all_ranks(tensors: list[torch.Tensor]) -> bool:
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+        gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, flat)
+        return all(torch.equal(gathered[0], g) for g in gathered[1:])
+
+    out: dict[str, Any] = {}
+    for wire in ("none", "bf16"):
+        model, opt = wrapped(
+            base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, compress=wire)
+        )
+        train(model, opt, 2)  # warm-up, then the first selective step
+        model.session.pop_step_stats()
+        losses = train(model, opt, 12)
+        sent = model.session.pop_step_stats()["bytes_sent"]
+        named = dict(model.module.named_parameters())
+        critical = [q for n, q in named.items() if n.startswith("attn.")]
+        noncritical = [q for n, q in named.items() if not n.startswith("attn.")]
+        out[wire] = {
+            "bytes": sent,
+            "loss": losses[-1],
+            "critical_equal": same_on_all_ranks(critical),
+            "noncritical_equal_before_sync": same_on_all_ranks(noncritical),
+        }
+        model.session.synchronize()
+        out[wire]["all_equal_after_sync"] = same_on_all_ranks(list(named.values()))
+        model.session.close()
+    return out
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
     for f in (
@@ -600,6 +639,7 @@ CHECKS = {
         check_fast_link,
         check_promotion,
         check_lane_gating,
+        check_compress,
     )
 }
 

@@ -51,23 +51,44 @@ def test_overrides_win_over_the_environment() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({p.ENV_SYNC: "gossip"}, "sync must be one of"),
-        ({p.ENV_LINK_MBPS: "fast"}, p.ENV_LINK_MBPS),
-        ({p.ENV_LINK_MBPS: "0"}, "link_mbps must be > 0"),
-        ({p.ENV_REDIS_URL: "http://x"}, "redis_url"),
-        ({"RANK": "2", "WORLD_SIZE": "2"}, "rank must be in"),
-        ({p.ENV_SYNC_PERIOD: "32", p.ENV_MAX_SYNC_PERIOD: "16"}, "sync_period"),
-        ({p.ENV_DRIFT_THRESHOLD: "-1"}, "drift_threshold"),
-        ({p.ENV_FAULT: "rank=1,speed=3"}, "bad fault spec"),
-        ({p.ENV_CRITICAL: "attn("}, "regular expression"),
-        ({p.ENV_LOCAL_STEP_SCALE: "0"}, "local_step_scale must be > 0"),
-        ({p.ENV_REISSUE_AFTER_S: "-0.1"}, "reissue_after_s must be >= 0"),
+        (
+            {p.ENV_SYNC: "gossip"},
+            "SYNCLANE_SYNC must be one of full, adaptive, powersgd, localsgd, none,",
+        ),
+        ({p.ENV_LINK_MBPS: "fast"}, "SYNCLANE_LINK_MBPS must be a number"),
+        ({p.ENV_LINK_MBPS: "0"}, "SYNCLANE_LINK_MBPS must be > 0"),
+        ({p.ENV_REDIS_URL: "http://x"}, "SYNCLANE_REDIS_URL must be a redis://"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, r"RANK must be in \[0, 2\)"),
+        (
+            {p.ENV_SYNC_PERIOD: "32", p.ENV_MAX_SYNC_PERIOD: "16"},
+            "need 1 <= SYNCLANE_SYNC_PERIOD <= SYNCLANE_MAX_SYNC_PERIOD",
+        ),
+        ({p.ENV_SYNC_PERIOD: "40"}, "<= SYNCLANE_MAX_SYNC_PERIOD, got 40, 32"),  # the default
+        ({p.ENV_DRIFT_THRESHOLD: "-1"}, "SYNCLANE_DRIFT_THRESHOLD must be > 0"),
+        ({p.ENV_FAULT: "rank=1,speed=3"}, "SYNCLANE_FAULT: bad fault spec"),
+        ({p.ENV_CRITICAL: "attn("}, "SYNCLANE_CRITICAL must be a regular expression"),
+        ({p.ENV_LOCAL_STEP_SCALE: "0"}, "SYNCLANE_LOCAL_STEP_SCALE must be > 0"),
+        ({p.ENV_REISSUE_AFTER_S: "-0.1"}, "SYNCLANE_REISSUE_AFTER_S must be >= 0"),
         ({p.ENV_REISSUE_AFTER_S: "soon"}, p.ENV_REISSUE_AFTER_S),
+        ({p.ENV_BUCKET_CAP_MB: "-2"}, "SYNCLANE_BUCKET_CAP_MB must be > 0"),
+        ({p.ENV_PROBE_EVERY: "-1"}, "SYNCLANE_PROBE_EVERY must be >= 0"),
     ],
 )
-def test_it_rejects_invalid_settings_naming_the_culprit(env: dict[str, str], message: str) -> None:
+def test_it_rejects_invalid_settings_naming_the_variable_the_user_set(
+    env: dict[str, str], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         RuntimeConfig.from_env(env)
+
+
+def test_a_config_built_in_code_names_its_fields() -> None:
+    with pytest.raises(ValueError, match="^link_mbps must be > 0"):
+        RuntimeConfig(link_mbps=0)
+    with pytest.raises(ValueError, match="^sync must be one of .*, none, got 'gossip'"):
+        RuntimeConfig(sync="gossip")
+    # An override passed to from_env is the caller's field, not a variable.
+    with pytest.raises(ValueError, match="^link_mbps must be > 0"):
+        RuntimeConfig.from_env({}, link_mbps=0)
 
 
 def test_the_reissue_wait_defaults_to_the_jitter_threshold_and_zero_turns_it_off() -> None:

@@ -9,6 +9,8 @@ from controlplane.scheduling import (
     Cluster,
     Decision,
     JobRequest,
+    Options,
+    QueuePolicy,
     RunningJob,
     Snapshot,
     TenantQuota,
@@ -19,6 +21,8 @@ GBIT = 1e9
 
 
 def tenant(name: str, slots: int = 8, gbps: float = 10.0, **kw: Any) -> TenantQuota:
+    """A tenant's quota; best-effort queue unless ``queue_policy`` says otherwise."""
+    kw.setdefault("queue_policy", QueuePolicy.BEST_EFFORT_FIFO)
     return TenantQuota(name=name, nominal_slots=slots, nominal_bandwidth_bps=gbps * GBIT, **kw)
 
 
@@ -42,9 +46,16 @@ def decide(
     slots: int = 64,
     fabric_gbps: float = 100.0,
     now: float = 100.0,
+    options: Options | None = None,
 ) -> Decision:
     cluster = Cluster(slots=slots, fabric_bps=fabric_gbps * GBIT)
-    snap = Snapshot(cluster=cluster, tenants=tenants, pending=pending, running=running_jobs)
+    snap = Snapshot(
+        cluster=cluster,
+        tenants=tenants,
+        pending=pending,
+        running=running_jobs,
+        options=options or Options(),
+    )
     return schedule(snap, now)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from controlplane.scheduling import (
     Cluster,
     Decision,
+    Options,
+    PreemptionPolicy,
     PriorityClass,
     RunningJob,
     Snapshot,
@@ -157,14 +159,81 @@ def test_it_sheds_jobs_when_the_cluster_shrinks() -> None:
     assert [p.job_id for p in taken] == ["b"]
 
 
-def test_it_reclaims_a_peer_newest_jobs_first_whatever_their_priority() -> None:
-    """The newest jobs are the ones running on borrowed quota: nlp's old low job sits within
-    its nominal, so reclaiming takes the new critical one, and the low job is never taken back
-    by the job it once displaced."""
+def test_reclaim_takes_a_peer_lower_priority_job_before_its_newest() -> None:
+    """As in Kueue: a reclaim takes the peer's lowest priority first (nlp's old low job), not
+    its newest (the critical one)."""
     tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
     jobs = [
         running("old-low", "nlp", 4, priority=LOW, started=1),
         running("new-critical", "nlp", 2, priority=CRITICAL, started=5),
     ]
     decision = decide(tenants, [job("v", "vision", 4, priority=LOW)], jobs)
-    assert victims(decision) == ["new-critical"]
+    assert victims(decision) == ["old-low"]
+
+
+def test_reclaim_among_equal_priorities_takes_the_job_that_loses_least_work() -> None:
+    """At t=100, "fresh" checkpointed 2 s ago (every 8 s since t=2); "stale" never does and has
+    run 50 s; the newest, "young", has run 10 s without a checkpoint."""
+    tenants = [tenant("vision", slots=4, cohort="lab"), tenant("nlp", slots=4, cohort="lab")]
+    jobs = [
+        running("base", "nlp", 2, started=0),
+        running("stale", "nlp", 2, started=50),
+        running("fresh", "nlp", 2, started=2, checkpoint_interval_s=8.0),
+        running("young", "nlp", 2, started=90),
+    ]
+    decision = decide(tenants, [job("v", "vision", 2)], jobs, now=100)
+    assert victims(decision) == ["fresh"]
+    assert decision.preemptions[0].work_lost_s == 2.0
+
+
+def test_a_job_admitted_within_the_minimum_run_time_is_not_preempted() -> None:
+    full = [running("young", "vision", 8, priority=LOW, started=95)]
+    options = Options(min_run_time_s=30)
+    decision = decide(
+        [tenant("vision")], [job("h", "vision", 8, priority=HIGH)], full, options=options
+    )
+    assert victims(decision) == []
+    assert decision.waiting["h"].code is WaitCode.TENANT_SLOTS
+
+
+def test_a_critical_job_preempts_even_within_the_minimum_run_time() -> None:
+    full = [running("young", "vision", 8, priority=LOW, started=95)]
+    options = Options(min_run_time_s=30)
+    decision = decide(
+        [tenant("vision")], [job("c", "vision", 8, priority=CRITICAL)], full, options=options
+    )
+    assert victims(decision) == ["young"]
+
+
+def test_a_job_evicted_k_times_yields_only_to_a_newer_higher_priority_job() -> None:
+    worn = running("worn", "vision", 8, priority=LOW, started=50, evictions=3)
+    older = job("older", "vision", 8, priority=HIGH, submit=40)
+    newer = job("newer", "vision", 8, priority=HIGH, submit=60)
+    options = Options(eviction_limit=3)
+    assert victims(decide([tenant("vision")], [older], [worn], options=options)) == []
+    assert victims(decide([tenant("vision")], [newer], [worn], options=options)) == ["worn"]
+
+
+def test_a_queue_with_preemption_never_preempts_nothing() -> None:
+    quota = tenant("vision", preemption=PreemptionPolicy.NEVER)
+    full = [running("low", "vision", 8, priority=LOW)]
+    decision = decide([quota], [job("c", "vision", 8, priority=CRITICAL)], full)
+    assert victims(decision) == []
+
+
+def test_lower_or_newer_equal_priority_preempts_a_newer_job_of_equal_priority() -> None:
+    full = [running("newer", "vision", 8, started=50)]  # submitted at 50
+    waiting = [job("older", "vision", 8, submit=10)]
+    plain = decide([tenant("vision")], waiting, full)
+    assert victims(plain) == []
+    policy = PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+    newer_equal = decide([tenant("vision", preemption=policy)], waiting, full)
+    assert victims(newer_equal) == ["newer"]
+
+
+def test_an_evicted_job_waits_out_its_back_off() -> None:
+    options = Options(backoff_base_s=10, backoff_max_s=100)
+    again = job("again", "vision", 2, evictions=3, requeued_at=90)  # back at 90 + 10 * 2**2
+    early = decide([tenant("vision")], [again], now=100, options=options)
+    assert early.waiting["again"].code is WaitCode.BACKOFF
+    assert admitted_ids(decide([tenant("vision")], [again], now=130, options=options)) == ["again"]

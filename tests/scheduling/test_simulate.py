@@ -18,7 +18,14 @@ EXAMPLE = Path(simulate.__file__).parent / "traces" / "example.json"
 def small_trace(**cluster: float) -> dict[str, Any]:
     return {
         "cluster": {"slots": 8, "fabric_mbps": 1000, **cluster},
-        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000}],
+        "tenants": [
+            {
+                "name": "vision",
+                "nominal_slots": 8,
+                "nominal_mbps": 1000,
+                "queue_policy": "BestEffortFIFO",
+            }
+        ],
         "jobs": [
             {
                 "id": "a",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from controlplane.asgi import application
@@ -13,6 +12,7 @@ from controlplane.jobs.services import job_submit
 from controlplane.jobs.spec import JobSpec
 from controlplane.lib.publish import FORWARD
 from controlplane.telemetry.groups import job_group
+from tests.sockets import Socket
 
 # A hang fails fast, with a traceback of where it waited.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
@@ -38,8 +38,8 @@ def make_job(tenant, actor):
     )
 
 
-def communicator(job_id: int, *headers) -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, f"/ws/jobs/{job_id}/", headers=list(headers))
+def communicator(job_id: int, *headers) -> Socket:
+    return Socket(application, f"/ws/jobs/{job_id}/", headers=list(headers))
 
 
 async def test_a_member_receives_the_status_then_forwarded_metrics(private_redis, alice, vision):

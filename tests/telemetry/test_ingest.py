@@ -9,9 +9,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from controlplane.jobs.choices import JobStatus
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_submit
 from controlplane.jobs.spec import JobSpec
+from controlplane.jobs.state import transition
 from controlplane.telemetry.groups import job_group
 from controlplane.telemetry.ingest import Ingest
 from controlplane.telemetry.models import Alarm, MetricSample
@@ -222,3 +224,24 @@ def test_a_cleared_alarm_records_the_step_it_cleared_at(private_redis, job):
     Ingest(client=private_redis).step(block_ms=10)
     stored = Alarm.objects.get(job=job)
     assert (stored.step, stored.cleared_step) == (9, 14)
+
+
+def test_a_running_jobs_stream_is_read_even_when_no_active_set_names_it(private_redis, job):
+    # What a Redis restart leaves: the run's reporter writes again, the active set is empty.
+    for to in (JobStatus.ADMITTED, JobStatus.RUNNING):
+        job = transition(job, to, reason="test")
+    private_redis.xadd(
+        protocol.telemetry_stream(job.pk), {"type": "metrics", "data": json.dumps(metrics(7, 1.0))}
+    )
+    assert not private_redis.smembers(protocol.ACTIVE_STREAMS_KEY)
+
+    assert Ingest(client=private_redis, sample_interval_s=0.0).step(block_ms=100) == 1
+
+    assert MetricSample.objects.get(job=job).step == 7
+
+
+def test_a_queued_job_without_a_registered_stream_is_not_read(private_redis, job):
+    private_redis.xadd(
+        protocol.telemetry_stream(job.pk), {"type": "metrics", "data": json.dumps(metrics(7, 1.0))}
+    )
+    assert Ingest(client=private_redis, sample_interval_s=0.0).step(block_ms=100) == 0

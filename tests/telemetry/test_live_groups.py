@@ -7,12 +7,12 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 
 from controlplane.asgi import application
 from controlplane.lib.publish import FORWARD
 from controlplane.telemetry.groups import CLUSTER_GROUP, tenant_group
 from controlplane.tenancy.models import Membership
+from tests.sockets import Socket
 
 from .test_consumer import ORIGIN, cookie_for, make_job
 
@@ -20,10 +20,8 @@ from .test_consumer import ORIGIN, cookie_for, make_job
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
-async def open_socket(path: str, user) -> WebsocketCommunicator:
-    ws = WebsocketCommunicator(
-        application, path, headers=[ORIGIN, (b"cookie", await cookie_for(user))]
-    )
+async def open_socket(path: str, user) -> Socket:
+    ws = Socket(application, path, headers=[ORIGIN, (b"cookie", await cookie_for(user))])
     connected, _ = await ws.connect()
     assert connected
     return ws
@@ -100,8 +98,9 @@ async def test_a_membership_change_that_keeps_access_keeps_the_socket(
     private_redis, alice, charlie, vision
 ):
     ws = await open_socket("/ws/tenants/vision/", charlie)
+    # promote() returns once the access notice is on the socket's channel, and a channel
+    # delivers in order: the consumer re-checks access before it sees the status below.
     await database_sync_to_async(promote)(charlie)
-    await asyncio.sleep(0.3)
     await send(tenant_group(vision.pk), {"type": "status", "job": 1})
     assert (await ws.receive_json_from(timeout=5))["type"] == "status"
     await ws.disconnect()

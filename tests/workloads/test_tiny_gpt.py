@@ -14,15 +14,18 @@ import pytest
 import redis
 import torch
 
+from workers import public
+from workers.runtime import checkpoint_files
 from workers.runtime import protocol as p
-from workers.workloads.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from workers.workloads.tiny_gpt import CharData, GPTConfig, TinyGPT
 
 
 def torchrun_env(**extra: str) -> dict[str, str]:
-    """Environment for a 2-core machine: one thread per rank, loopback for gloo."""
+    """Environment for a 2-core machine: one thread per rank, loopback for gloo, and
+    ``import synclane`` resolvable as the launcher makes it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    env["PYTHONPATH"] = public.pythonpath()
     env.update(extra)
     return env
 
@@ -56,18 +59,6 @@ def test_the_default_model_is_small() -> None:
     assert sum(q.numel() for q in model.parameters()) < 300_000
 
 
-def test_checkpoints_are_written_atomically_and_the_newest_wins(tmp_path: Path) -> None:
-    for step in (3, 6, 9):
-        save_checkpoint(tmp_path, step, {"step": step})
-    (tmp_path / ".ckpt-00000012.pt.tmp-1").write_bytes(b"half written")
-    latest = latest_checkpoint(tmp_path)
-    assert latest is not None and load_checkpoint(latest)["step"] == 9
-    assert sorted(f.name for f in tmp_path.glob("ckpt-*")) == [
-        "ckpt-00000006.pt",
-        "ckpt-00000009.pt",
-    ]
-
-
 @pytest.mark.dist
 def test_a_two_rank_run_reports_checkpoints_and_resumes(
     tmp_path: Path, redis_url: str, r: redis.Redis
@@ -79,7 +70,12 @@ def test_a_two_rank_run_reports_checkpoints_and_resumes(
         **env,
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    assert sorted(f.name for f in run.glob("ckpt-*")) == ["ckpt-00000003.pt", "ckpt-00000006.pt"]
+    assert sorted(f.name for f in run.glob("ckpt-*")) == [
+        "ckpt-00000003.pt",
+        "ckpt-00000003.pt.sha256",
+        "ckpt-00000006.pt",
+        "ckpt-00000006.pt.sha256",
+    ]
 
     metrics = [
         json.loads(f["data"])
@@ -180,5 +176,7 @@ def test_sigterm_checkpoints_and_exits_with_the_documented_code(tmp_path: Path) 
     assert time.monotonic() - start < 30
     exit_info = json.loads((run / p.EXIT_FILE).read_text())
     assert exit_info["code"] == p.EXIT_STOPPED_AFTER_CHECKPOINT
-    ckpt = latest_checkpoint(run)
-    assert ckpt is not None and load_checkpoint(ckpt)["step"] == exit_info["step"] >= 10
+    latest = checkpoint_files.latest_valid(run)
+    assert latest is not None
+    step, path = latest
+    assert torch.load(path, weights_only=False)["step"] == step == exit_info["step"] >= 10

@@ -1,10 +1,12 @@
-"""Synclane runtime plugin: what a training script imports.
+"""Synclane runtime plugin. User scripts import it as ``synclane`` (see ``workers/public``):
 
-    from workers.runtime import wrap, Reporter
+    from synclane import Checkpointer, Reporter, wrap
 
 Importing this package stays cheap (no torch import) so the control plane can
 use :mod:`workers.runtime.protocol` without loading torch; the torch-facing
-names are resolved lazily on first access.
+names are resolved lazily on first access. No submodule shares a name with one
+of them, so ``from workers.runtime import wrap`` is the function even after
+``workers.runtime.session`` was imported.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any
 
 _LAZY = {
     "AllocationClient": "workers.runtime.reporter",
+    "Checkpointer": "workers.runtime.checkpoint",
     "LinkFailure": "workers.runtime.health",
     "Reporter": "workers.runtime.reporter",
     "RuntimeConfig": "workers.runtime.config",
-    "wrap": "workers.runtime.wrap",
+    "SynclaneDDP": "workers.runtime.session",
+    "wrap": "workers.runtime.session",
 }
 
 

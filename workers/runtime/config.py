@@ -3,15 +3,18 @@
     cfg = RuntimeConfig.from_env()          # reads SYNCLANE_* and torchrun's RANK/WORLD_SIZE
     cfg = RuntimeConfig(sync="adaptive")    # or build one in code (tests, user scripts)
 
-Invalid values fail loudly (``ValueError`` naming the variable or field) at start-up rather
-than surfacing as a strange hang in the middle of a collective.
+Invalid values fail loudly at start-up rather than surfacing as a strange hang in the middle
+of a collective: a ``ValueError`` that names what the user set, the environment variable
+(``SYNCLANE_LINK_MBPS must be > 0``) for a value read from the environment, else the field.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,9 +53,14 @@ class RuntimeConfig:
     # adaptive: factor on non-critical params' local optimizer steps; None = automatic
     # (sqrt(world size) for second-moment optimizers, 1 otherwise; see strategies.Adaptive).
     local_step_scale: float | None = None
+    # adaptive: wire format of what goes every step and of the periodic averages' deltas,
+    # with error feedback (workers.runtime.compress): "bf16" (default), "fp16", "none" (fp32).
+    compress: str = "bf16"
+    # adaptive decides on a fixed schedule (no timing input): reproducible for a fixed seed.
+    deterministic: bool = False
 
     # Drift monitor.
-    drift_threshold: float = 0.08  # relative L2 distance from the last global sync
+    drift_threshold: float = p.DEFAULT_DRIFT_THRESHOLD  # relative L2 distance from the last sync
 
     # Link emulation, throttle and health.
     link_mbps: float | None = None
@@ -65,52 +73,67 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         if self.job_id is not None and not self.job_id.strip():
-            raise ValueError("job_id must be non-empty when set")
+            raise ValueError(f"{_label('job_id')} must be non-empty when set")
         if self.redis_url is not None and not self.redis_url.startswith(
             ("redis://", "rediss://", "unix://")
         ):
             raise ValueError(
-                f"redis_url must be a redis://, rediss:// or unix:// URL, got {self.redis_url!r}"
+                f"{_label('redis_url')} must be a redis://, rediss:// or unix:// URL, got {self.redis_url!r}"
             )
         if self.world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {self.world_size}")
+            raise ValueError(f"{_label('world_size')} must be >= 1, got {self.world_size}")
         for name in ("rank", "metrics_rank"):
             value = getattr(self, name)
             if not 0 <= value < self.world_size:
-                raise ValueError(f"{name} must be in [0, {self.world_size}), got {value}")
+                raise ValueError(f"{_label(name)} must be in [0, {self.world_size}), got {value}")
         if self.sync not in (*p.SYNC_STRATEGIES, p.SYNC_NONE):
             raise ValueError(
-                f"sync must be one of {', '.join(p.SYNC_STRATEGIES)}, got {self.sync!r}"
+                f"{_label('sync')} must be one of "
+                f"{', '.join((*p.SYNC_STRATEGIES, p.SYNC_NONE))}, got {self.sync!r}"
             )
         if not 1 <= self.sync_period <= self.max_sync_period:
             raise ValueError(
-                f"need 1 <= sync_period <= max_sync_period, got {self.sync_period}, {self.max_sync_period}"
+                f"need 1 <= {_label('sync_period')} <= {_label('max_sync_period')}, "
+                f"got {self.sync_period}, {self.max_sync_period}"
             )
         if self.bucket_cap_mb is not None:
             _require_positive("bucket_cap_mb", self.bucket_cap_mb)
         if self.chunk_kb < 64:
-            raise ValueError(f"chunk_kb must be >= 64, got {self.chunk_kb}")
+            raise ValueError(f"{_label('chunk_kb')} must be >= 64, got {self.chunk_kb}")
         if self.warmup_steps < 0 or self.powersgd_rank < 1:
-            raise ValueError("warmup_steps must be >= 0 and powersgd_rank >= 1")
+            raise ValueError(
+                f"{_label('warmup_steps')} must be >= 0 and {_label('powersgd_rank')} >= 1"
+            )
         _require_positive("drift_threshold", self.drift_threshold)
         _require_positive("jitter_threshold_s", self.jitter_threshold_s)
         if self.link_mbps is not None:
             _require_positive("link_mbps", self.link_mbps)
         if self.reissue_after_s is not None and not self.reissue_after_s >= 0:
-            raise ValueError(f"reissue_after_s must be >= 0, got {self.reissue_after_s}")
+            raise ValueError(
+                f"{_label('reissue_after_s')} must be >= 0, got {self.reissue_after_s}"
+            )
         if self.local_step_scale is not None:
             _require_positive("local_step_scale", self.local_step_scale)
+        if self.compress not in ("none", "bf16", "fp16"):
+            raise ValueError(
+                f"{_label('compress')} must be one of none, bf16, fp16, got {self.compress!r}"
+            )
         if self.probe_every < 0:
-            raise ValueError(f"probe_every must be >= 0, got {self.probe_every}")
+            raise ValueError(f"{_label('probe_every')} must be >= 0, got {self.probe_every}")
         if self.critical is not None:
             try:
                 re.compile(self.critical)
             except re.error as exc:
-                raise ValueError(f"critical must be a regular expression: {exc}") from None
+                raise ValueError(
+                    f"{_label('critical')} must be a regular expression: {exc}"
+                ) from None
         if self.fault is not None:
             from workers.runtime.faults import FaultSpec  # validate eagerly; stdlib only
 
-            FaultSpec.parse(self.fault)
+            try:
+                FaultSpec.parse(self.fault)
+            except ValueError as exc:
+                raise ValueError(f"{_label('fault')}: {exc}") from None
 
     @property
     def reporting(self) -> bool:
@@ -142,7 +165,7 @@ class RuntimeConfig:
             "sync": _str(e, p.ENV_SYNC) or p.SYNC_FULL,
             "sync_period": _int(e, p.ENV_SYNC_PERIOD, 8),
             "max_sync_period": _int(e, p.ENV_MAX_SYNC_PERIOD, 32),
-            "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, 0.08),
+            "drift_threshold": _float(e, p.ENV_DRIFT_THRESHOLD, p.DEFAULT_DRIFT_THRESHOLD),
             "link_mbps": _float_or_none(e, p.ENV_LINK_MBPS),
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),
             "reissue_after_s": _float_or_none(e, p.ENV_REISSUE_AFTER_S),
@@ -151,14 +174,61 @@ class RuntimeConfig:
             "critical": _str(e, p.ENV_CRITICAL),
             "local_step_scale": _float_or_none(e, p.ENV_LOCAL_STEP_SCALE),
             "bucket_cap_mb": _float_or_none(e, p.ENV_BUCKET_CAP_MB),
+            "compress": _str(e, p.ENV_COMPRESS) or "bf16",
+            "deterministic": _bool(e, p.ENV_DETERMINISTIC),
         }
         values.update(overrides)
-        return cls(**values)
+        # Errors name the variable to change (the user's value, or the default it left).
+        with _labelled({f: env for f, env in FIELD_ENV.items() if f not in overrides}):
+            return cls(**values)
 
 
 def _require_positive(name: str, value: float) -> None:
     if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+        raise ValueError(f"{_label(name)} must be > 0, got {value}")
+
+
+# Fields read from the environment and the variable each comes from (for error messages).
+FIELD_ENV: Mapping[str, str] = {
+    "job_id": p.ENV_JOB_ID,
+    "redis_url": p.ENV_REDIS_URL,
+    "run_dir": p.ENV_RUN_DIR,
+    "rank": "RANK",
+    "world_size": "WORLD_SIZE",
+    "metrics_rank": p.ENV_METRICS_RANK,
+    "sync": p.ENV_SYNC,
+    "sync_period": p.ENV_SYNC_PERIOD,
+    "max_sync_period": p.ENV_MAX_SYNC_PERIOD,
+    "drift_threshold": p.ENV_DRIFT_THRESHOLD,
+    "link_mbps": p.ENV_LINK_MBPS,
+    "jitter_threshold_s": p.ENV_JITTER_THRESHOLD_S,
+    "reissue_after_s": p.ENV_REISSUE_AFTER_S,
+    "probe_every": p.ENV_PROBE_EVERY,
+    "fault": p.ENV_FAULT,
+    "critical": p.ENV_CRITICAL,
+    "local_step_scale": p.ENV_LOCAL_STEP_SCALE,
+    "bucket_cap_mb": p.ENV_BUCKET_CAP_MB,
+    "compress": p.ENV_COMPRESS,
+    "deterministic": p.ENV_DETERMINISTIC,
+}
+
+# While from_env validates: the fields read from the environment and their variables.
+_LABELS: ContextVar[Mapping[str, str] | None] = ContextVar("synclane_config_labels", default=None)
+
+
+def _label(field: str) -> str:
+    """The name to put in an error message: the variable the value came from, else the field."""
+    labels = _LABELS.get()
+    return field if labels is None else labels.get(field, field)
+
+
+@contextmanager
+def _labelled(labels: Mapping[str, str]) -> Iterator[None]:
+    token = _LABELS.set(labels)
+    try:
+        yield
+    finally:
+        _LABELS.reset(token)
 
 
 def _str(env: Mapping[str, str], name: str) -> str | None:
@@ -174,6 +244,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (_str(env, name) or "0").lower()
+    if raw not in ("0", "1", "true", "false", "yes", "no"):
+        raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no), got {raw!r}")
+    return raw in ("1", "true", "yes")
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:

@@ -1,9 +1,9 @@
 """Drift monitor: how far replicas wander between global syncs, and the alarm about it.
 
-Drift (DESIGN.md glossary) is a replica's distance from the last globally synced weights,
-relative to that copy's norm: ``||w - w_sync|| / ||w_sync||``. Each rank measures its own;
-the session shares all ranks' values in its one small per-step all-reduce, so every rank
-takes the same decision here:
+Drift (see the glossary in docs/architecture.md) is a replica's distance from the last
+globally synced weights, relative to that copy's norm: ``||w - w_sync|| / ||w_sync||``.
+Each rank measures its own; the session shares all ranks' values in its one small
+per-step all-reduce, so every rank takes the same decision here:
 
 * drift (the worst rank's) above ``threshold``: raise a ``sync_drift`` alarm and turn on
   *sync enhancement* (global sync every step) until it recovers;

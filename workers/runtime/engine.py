@@ -1,6 +1,6 @@
 """The communication engine: every gradient collective of a wrapped model runs here.
 
-One background thread per rank owns a process group of its own (STACK-NOTES 3: a thread
+One background thread per rank owns a process group of its own (on gloo, a thread
 that issues collectives must not share a group with the main thread, whose collectives it
 could interleave with). A DDP comm hook only enqueues its bucket and returns a Future that
 this thread completes later, so the autograd thread never blocks and callbacks never wait.
@@ -60,7 +60,18 @@ BACKGROUND_CHUNK_BYTES = 64 * 1024
 
 @dataclass
 class _Pace:
-    done: torch.futures.Future[torch.Tensor]  # a torch hook's Future, already completed
+    done: torch.futures.Future[torch.Tensor]  # a torch hook's Future; the engine waits for it
+    out: torch.futures.Future[torch.Tensor]
+    started: float
+    payload_bytes: int
+    wire_bytes: int
+
+
+@dataclass
+class _Call:
+    """A torch hook to run on the engine's thread, one at a time, then pace (``run_serially``)."""
+
+    call: Callable[[], torch.futures.Future[torch.Tensor]]
     out: torch.futures.Future[torch.Tensor]
     started: float
     payload_bytes: int
@@ -98,7 +109,11 @@ class CommEngine:
         self.stats = stats
         self.rank = rank
         self.chunk_bytes = chunk_bytes
+        self.initial_chunk_bytes = chunk_bytes
         self.fuse_bytes = fuse_bytes
+        # Whole buckets (``full``): each submission is one collective, unfused and unsplit,
+        # while the chunk size is at its initial value (a degraded link shrinks it).
+        self.whole_buckets = False
         self.fault = fault
         self._step_fn = step_fn
         self._yield_to = yield_to
@@ -109,7 +124,7 @@ class CommEngine:
         )
         self.reissue_after_s: float | None = None
         self._outstanding = 0  # submitted transfers whose Future is not completed yet
-        self._queue: queue.SimpleQueue[_Job | _Pace | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | _Pace | _Call | None] = queue.SimpleQueue()
         self._pending: list[_Job] = []
         # Per-step link figures (read and reset by pop_link_stats on the main thread).
         self._lock = threading.Lock()
@@ -158,17 +173,41 @@ class CommEngine:
     ) -> torch.futures.Future[torch.Tensor]:
         """Return a Future completed once ``fut`` is done *and* its wire bytes are paced.
 
-        For torch's own hooks, whose collectives we do not issue: the ``then()`` callback
-        only enqueues (never blocks); the engine thread does the sleeping.
+        For torch's own hooks, whose collectives we do not issue: the engine's thread waits
+        for ``fut`` and does the sleeping. No Python callback goes on ``fut`` with ``then()``:
+        gloo completes it on one of its own threads, which must then take the GIL to run and
+        to release the callback; at interpreter exit that thread can find the interpreter
+        finalizing and end the process with "terminate called without an active exception".
         """
         out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             self._outstanding += 1
+        self._queue.put(_Pace(fut, out, started, payload_bytes, wire_bytes))
+        return out
 
-        def enqueue(done: torch.futures.Future[torch.Tensor]) -> None:
-            self._queue.put(_Pace(done, out, started, payload_bytes, wire_bytes))
+    def run_serially(
+        self,
+        call: Callable[[], torch.futures.Future[torch.Tensor]],
+        *,
+        started: float,
+        payload_bytes: int,
+        wire_bytes: int,
+    ) -> torch.futures.Future[torch.Tensor]:
+        """Run ``call`` (a torch hook on one bucket) on the engine's thread, after every
+        earlier submission has finished, wait for its Future, pace its bytes, and return a
+        Future of its result.
 
-        fut.then(enqueue)
+        For hooks that issue further collectives from their Future's callbacks (torch's
+        PowerSGD issues the P and Q all-reduces there, and waits inside them): two buckets'
+        chains in flight at once issue those collectives in an order that depends on thread
+        timing, so ranks disagree on the order (gloo: a collective mismatch or a hang), and
+        their waiting callbacks can occupy every gloo worker thread (a hang even on one
+        rank). One chain at a time keeps every rank's order the buckets' order.
+        """
+        out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        with self._lock:
+            self._outstanding += 1
+        self._queue.put(_Call(call, out, started, payload_bytes, wire_bytes))
         return out
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -201,11 +240,13 @@ class CommEngine:
             "reissued": float(reissued),
         }
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Let queued work finish, stop the thread; return whether it stopped (30 s at most)."""
         self._queue.put(None)
         self._thread.join(timeout=30)
         if self.reissuer is not None:
             self.reissuer.close()
+        return not self._thread.is_alive()
 
     # ---------------------------------------------------------------- thread
 
@@ -214,9 +255,12 @@ class CommEngine:
             if isinstance(job, _Pace):
                 self._finish_paced(job)
                 continue
+            if isinstance(job, _Call):
+                self._run_call(job)
+                continue
             self._pending.append(job)
             size = sum(j.tensor.numel() * j.tensor.element_size() for j in self._pending)
-            if job.flush or size >= min(self.fuse_bytes, self.chunk_bytes):
+            if job.flush or self.whole_buckets or size >= min(self.fuse_bytes, self.chunk_bytes):
                 if job.flush:
                     with self._lock:
                         self._last_flush_submitted = job.submitted
@@ -232,6 +276,16 @@ class CommEngine:
                 finally:
                     self._done(len(batch))
 
+    def _run_call(self, job: _Call) -> None:
+        try:
+            done = job.call()
+            done.wait()
+        except Exception as exc:
+            job.out.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
+            self._done(1)
+            return
+        self._finish_paced(_Pace(done, job.out, job.started, job.payload_bytes, job.wire_bytes))
+
     def _finish_paced(self, job: _Pace) -> None:
         try:
             self._finish_paced_job(job)
@@ -240,7 +294,7 @@ class CommEngine:
 
     def _finish_paced_job(self, job: _Pace) -> None:
         try:
-            value: object = job.done.value()
+            value: object = job.done.wait()
         except Exception as exc:
             job.out.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
             return
@@ -259,6 +313,8 @@ class CommEngine:
         flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
         flat_view = flat.reshape(-1)
         per_chunk = max(1, self.chunk_bytes // flat_view.element_size())
+        if self.whole_buckets and self.chunk_bytes >= self.initial_chunk_bytes:
+            per_chunk = max(1, flat_view.numel())
         for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
             self._reduce_chunk(flat_view[start : start + per_chunk])
         if len(tensors) > 1:

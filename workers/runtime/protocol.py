@@ -62,6 +62,8 @@ SYNC_NONE: Final = "none"
 
 # Optional per-job tuning, all read by RuntimeConfig.from_env().
 ENV_DRIFT_THRESHOLD: Final = "SYNCLANE_DRIFT_THRESHOLD"  # relative drift, float > 0
+# The drift threshold when a job sets none (the dashboard draws it on the drift chart).
+DEFAULT_DRIFT_THRESHOLD: Final = 0.08
 ENV_SYNC_PERIOD: Final = "SYNCLANE_SYNC_PERIOD"  # initial global-sync period H, int >= 1
 ENV_MAX_SYNC_PERIOD: Final = "SYNCLANE_MAX_SYNC_PERIOD"  # upper bound of H, int >= 1
 ENV_JITTER_THRESHOLD_S: Final = "SYNCLANE_JITTER_THRESHOLD_S"  # link_degraded trigger, seconds
@@ -69,17 +71,54 @@ ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 
 ENV_REISSUE_AFTER_S: Final = "SYNCLANE_REISSUE_AFTER_S"  # late-chunk re-issue; 0: never
 ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
 ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (adaptive)
+# "1": adaptive decides on a fixed schedule, never from measured timing (reproducible runs).
+ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
 # Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
 ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"
 ENV_BUCKET_CAP_MB: Final = "SYNCLANE_BUCKET_CAP_MB"  # DDP bucket size; unset: strategy default
+# adaptive's wire format with error feedback: bf16 (default), fp16 or none (fp32).
+ENV_COMPRESS: Final = "SYNCLANE_COMPRESS"
 ENV_METRICS_RANK: Final = "SYNCLANE_METRICS_RANK"  # rank that writes metrics/link/event
+ENV_CHECKPOINT_EVERY: Final = "SYNCLANE_CHECKPOINT_EVERY"  # the job's checkpoint interval (steps)
+ENV_STEPS: Final = "SYNCLANE_STEPS"  # the job's step count, for tenant scripts that want it
 
 # Alarm kinds carried by MSG_ALARM messages (data field ``kind``).
 ALARM_SYNC_DRIFT: Final = "sync_drift"
 ALARM_LINK_DEGRADED: Final = "link_degraded"
 ALARM_STRAGGLER: Final = "straggler"
+ALARM_KINDS: Final = (ALARM_SYNC_DRIFT, ALARM_LINK_DEGRADED, ALARM_STRAGGLER)
 ALARM_STATES: Final = ("raised", "cleared")
+
+# Per-step figures of the runtime's session (SyncSession.pop_step_stats): the communication
+# counters, the link monitor's figures, and the strategy's (adaptive reports all of these,
+# localsgd only sync_period). A workload forwards the last two groups and busbw_bps in its
+# metrics messages, where the dashboard reads them.
+COMM_FIGURES: Final = (
+    "comm_time_s",
+    "comm_busy_s",
+    "bytes_sent",
+    "payload_bytes",
+    "collectives",
+    "busbw_bps",
+)
+LINK_FIGURES: Final = (
+    "exposed_comm_s",
+    "sync_delay_s",
+    "jitter_s",
+    "chunk_bytes",
+    "reissued",
+    "link_rate_bps",
+)
+STRATEGY_FIGURES: Final = (
+    "drift",
+    "sync_period",
+    "grad_norm_var",
+    "loss_descent_rate",
+    "critical_fraction",
+    "sync_enhanced",
+    "fast_link",
+)
 
 # Exit codes of a worker process (a workload under torchrun). torchrun itself flattens a
 # failed worker to exit status 1, so a worker also writes ``RUN_DIR/exit.json``
@@ -89,5 +128,7 @@ EXIT_STOPPED_AFTER_CHECKPOINT: Final = 75  # SIGTERM/SIGINT: checkpoint written,
 EXIT_LINK_FAILED: Final = 76  # link stayed degraded past escalation; checkpoint written
 
 # File names inside a run directory.
-CHECKPOINT_PREFIX: Final = "ckpt-"  # ckpt-<step:08d>.pt
+CHECKPOINT_PREFIX: Final = (
+    "ckpt-"  # ckpt-<step:08d>.pt + ckpt-<step:08d>.pt.sha256 (checkpoint_files)
+)
 EXIT_FILE: Final = "exit.json"

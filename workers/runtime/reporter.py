@@ -7,11 +7,16 @@
 Every message is one XADD to ``telemetry_stream(job_id)`` with fields ``type`` and ``data``
 (a JSON object that always carries ``ts`` (unix seconds, float) and ``rank``). Without a
 Redis URL and job id the reporter is a no-op, so the same script runs outside Synclane.
-A Redis hiccup never stops training: errors are caught, counted and warned about once.
+
+A Redis outage never stops or slows training: ``log`` only appends to a bounded buffer
+that a sender thread drains; while Redis is down the buffer keeps the newest messages
+(the oldest are dropped and counted) and the thread retries with backoff, then sends what
+it kept once Redis is back. Failures are counted and warned about once.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -19,6 +24,7 @@ import os
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +39,15 @@ Number = float | int
 MIN_ALLOCATION_BPS = 1_000_000  # an allocation of 0 (or less) is paced at 1 Mbit/s
 # What a Redis call may raise when the server is slow, gone or confused.
 _REDIS_ERRORS = (redis.RedisError, OSError)
+# Messages kept while Redis is unreachable (about a minute of a busy run's telemetry).
+BUFFER_MESSAGES = 5_000
+# Messages per pipeline: one round trip carries a burst; a backlog drains in a few calls.
+SEND_BATCH = 200
+# Backoff between attempts while Redis is down: from RETRY_MIN_S doubling to RETRY_MAX_S.
+RETRY_MIN_S = 0.2
+RETRY_MAX_S = 2.0
+# How long close() waits for the buffer to drain before giving up on it.
+CLOSE_FLUSH_S = 3.0
 
 
 class Reporter:
@@ -41,6 +56,9 @@ class Reporter:
     ``metrics``, ``link`` and ``event`` are written only by ``metrics_rank`` (rank 0 by
     default) so a world of N ranks does not write N copies; ``alarm`` is written by any rank,
     because the rank that sees a problem is the one that knows about it.
+
+    Statistics: ``sent`` messages written, ``errors`` failed write attempts (one per failed
+    batch), ``dropped`` messages lost because the buffer was full while Redis was down.
     """
 
     def __init__(
@@ -50,21 +68,27 @@ class Reporter:
         job_id: str | None = None,
         rank: int = 0,
         metrics_rank: int = 0,
+        buffer: int = BUFFER_MESSAGES,
     ) -> None:
         self.job_id = job_id
         self.rank = rank
         self.metrics_rank = metrics_rank
-        self.errors = 0  # failed writes, for tests and the end-of-run summary
+        self.errors = 0
         self.sent = 0
+        self.dropped = 0
         self._stream = p.telemetry_stream(job_id) if job_id is not None else None
         self._client: redis.Redis | None = None
         if redis_url is not None and job_id is not None:
             self._client = redis.Redis.from_url(
                 redis_url, socket_timeout=2.0, socket_connect_timeout=2.0
             )
-        self._registered = False
+        self._buffer: deque[tuple[str, str]] = deque()
+        self._capacity = buffer
+        self._in_flight = 0  # messages taken by the sender, not yet written
+        self._wake = threading.Condition()  # guards the buffer and the counters above
+        self._closing = False
+        self._sender: threading.Thread | None = None
         self._warned = False
-        self._lock = threading.Lock()  # the throttle/probe threads may raise alarms too
 
     @classmethod
     def from_env(cls, config: RuntimeConfig | None = None) -> Reporter:
@@ -153,39 +177,128 @@ class Reporter:
         if self.is_metrics_rank:
             self._send(p.MSG_EVENT, {"kind": kind, **fields})
 
-    def close(self) -> None:
-        """Release the connection; later calls become no-ops. Safe to call twice."""
-        client, self._client = self._client, None
-        if client is not None:
+    def flush(self, timeout: float) -> bool:
+        """Wait until every message logged so far is written; return False on timeout."""
+        with self._wake:
+            return self._wake.wait_for(
+                lambda: not self._buffer and not self._in_flight, timeout=timeout
+            )
+
+    def close(self, timeout: float = CLOSE_FLUSH_S) -> None:
+        """Write what is buffered (for up to ``timeout`` s), then release the connection.
+
+        Later calls become no-ops; safe to call twice. What Redis did not take by then is
+        counted in ``dropped``: a run must be able to exit while Redis is down.
+        """
+        if self._client is None:
+            return
+        self.flush(timeout)
+        with self._wake:
+            self._closing = True
+            self.dropped += len(self._buffer)
+            self._buffer.clear()
+            self._wake.notify_all()
+        sender, client, self._client = self._sender, self._client, None
+        if sender is not None:
+            sender.join(timeout=1.0)
+        if sender is None or not sender.is_alive():
             with contextlib.suppress(redis.RedisError, OSError):
                 client.close()
-        if self.errors:
+        # else: the sender is inside a write that will time out; the connection dies with it.
+        if self.errors or self.dropped:
             log.warning(
-                "reporter: %d of %d telemetry writes failed", self.errors, self.errors + self.sent
+                "reporter: %d telemetry writes failed, %d of %d messages dropped",
+                self.errors,
+                self.dropped,
+                self.sent + self.dropped,
             )
 
     def _send(self, kind: str, data: Mapping[str, Any]) -> None:
+        """Queue one message for the sender thread; never blocks on Redis."""
         payload = {**data, "ts": time.time(), "rank": self.rank}
         if self._client is None or self._stream is None:
             log.debug("telemetry (not sent) %s %s", kind, payload)
             return
         body = json.dumps(payload, separators=(",", ":"), default=float)
-        with self._lock:
-            try:
-                pipe = self._client.pipeline(transaction=False)
+        with self._wake:
+            if self._closing:
+                return
+            self._buffer.append((kind, body))
+            self._drop_overflow()
+            if self._sender is None:
+                self._sender = threading.Thread(
+                    target=self._drain, name="synclane-reporter", daemon=True
+                )
+                self._sender.start()
+                # A script that never calls close() must not lose its last steps: the
+                # sender is a daemon thread, and atexit runs while it is still alive.
+                atexit.register(self.close)
+            self._wake.notify_all()
+
+    def _drop_overflow(self) -> None:
+        """Keep the newest ``capacity`` unwritten messages (caller holds the lock).
+
+        A batch in flight is not counted: if it fails it returns to the front, and the
+        oldest messages are dropped then (memory holds at most capacity + one batch).
+        """
+        while len(self._buffer) > self._capacity:
+            self._buffer.popleft()
+            self.dropped += 1
+
+    def _drain(self) -> None:
+        """Sender thread: write batches in order; on failure keep them and back off."""
+        retry_s = RETRY_MIN_S
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._buffer or self._closing)
+                if self._closing:
+                    return
+                batch = [self._buffer.popleft() for _ in range(min(SEND_BATCH, len(self._buffer)))]
+                self._in_flight = len(batch)
+            ok = self._write(batch)
+            with self._wake:
+                self._in_flight = 0
+                if ok:
+                    self.sent += len(batch)
+                    retry_s = RETRY_MIN_S
+                else:
+                    self._buffer.extendleft(reversed(batch))  # oldest first, as they came
+                    self._drop_overflow()
+                self._wake.notify_all()
+                if not ok:
+                    self._wake.wait_for(lambda: self._closing, timeout=retry_s)
+                    retry_s = min(retry_s * 2, RETRY_MAX_S)
+
+    def _write(self, batch: list[tuple[str, str]]) -> bool:
+        """XADD ``batch`` in one round trip; return False (counted, warned once) on failure.
+
+        The job is added to the active set with every batch: a Redis restart empties the
+        set, and SADD of a present member costs nothing.
+        """
+        client = self._client
+        if client is None or self._stream is None:  # closed meanwhile
+            return False
+        try:
+            pipe = client.pipeline(transaction=False)
+            for kind, body in batch:
                 pipe.xadd(
                     self._stream,
                     {"type": kind, "data": body},
                     maxlen=p.STREAM_MAXLEN,
                     approximate=True,
                 )
-                if not self._registered:
-                    pipe.sadd(p.ACTIVE_STREAMS_KEY, str(self.job_id))
-                pipe.execute()
-                self._registered = True
-                self.sent += 1
-            except _REDIS_ERRORS as exc:
-                self._note_failure(exc)
+            pipe.sadd(p.ACTIVE_STREAMS_KEY, str(self.job_id))
+            # Under a supervisor the run's Redis user may only write its own stream: the
+            # SADD is refused (NOPERM) and the supervisor keeps the job registered instead.
+            # Only the XADDs' own results decide whether the batch was sent.
+            results = pipe.execute(raise_on_error=False)
+            failed = [r for r in results[:-1] if isinstance(r, Exception)]
+            if failed:
+                raise failed[0]
+            return True
+        except _REDIS_ERRORS as exc:
+            self._note_failure(exc)
+            return False
 
     def _note_failure(self, exc: BaseException) -> None:
         self.errors += 1
@@ -193,9 +306,9 @@ class Reporter:
             self._warned = True
             warnings.warn(
                 f"synclane reporter: telemetry write failed ({exc!r}); training continues, "
-                "further failures are counted silently",
+                "messages are buffered (oldest dropped when full) and failures counted silently",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=2,
             )
 
 

@@ -1,30 +1,45 @@
-"""Register this worker host as a Node and keep it alive while the worker runs."""
+"""Register this worker host as a Node and keep it alive while the worker runs.
+
+A beat refreshes what the host says about itself (slots, address, labels, fabric) and when it
+was last seen; it never touches the node's state, so a cordon or drain outlives a restart.
+"""
 
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 
-from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
 from controlplane.jobs.models import Node
+from workers.supervisor.identity import NodeIdentity, this_node
 
 log = logging.getLogger(__name__)
 
 BEAT_S = 5.0
 
 
-def node_heartbeat(name: str | None = None) -> Node:
+def node_heartbeat(identity: NodeIdentity | None = None) -> Node:
     """Create or refresh this host's Node row; return it."""
+    me = identity or this_node()
+    now = timezone.now()
     node, _ = Node.objects.update_or_create(
-        name=name or socket.gethostname(),
+        name=me.name,
         defaults={
-            "slots": settings.SYNCLANE_CLUSTER_SLOTS,
-            "fabric_mbps": settings.SYNCLANE_NODE_FABRIC_MBPS,
-            "last_seen": timezone.now(),
+            "slots": me.slots,
+            "fabric_mbps": me.fabric_mbps,
+            "address": me.address,
+            "labels": me.labels,
+            "last_seen": now,
+        },
+        create_defaults={
+            "slots": me.slots,
+            "fabric_mbps": me.fabric_mbps,
+            "address": me.address,
+            "labels": me.labels,
+            "last_seen": now,
+            "registered_at": now,
         },
     )
     return node

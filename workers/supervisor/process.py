@@ -17,14 +17,35 @@ from pathlib import Path
 PGID_FILE = "torchrun.pgid"
 
 
-def spawn(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session, output appended to ``run_dir/torchrun.log``.
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    run_dir: Path,
+    cwd: Path | None = None,
+    uid: int | None = None,
+    gid: int | None = None,
+    tag: str = "",
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session, output appended to ``run_dir/torchrun<tag>.log``.
 
-    Writes ``run_dir/torchrun.pgid`` so that a stack shutdown can end a group whose
-    supervisor died. The caller must call ``reap()`` when the process has ended.
+    ``tag`` tells apart the nodes of a run across nodes, which share its run folder: node
+    rank 0 (and a run on one node) has none, node rank i has ``.node<i>``.
+
+    With ``uid``/``gid`` the process (and so every rank) runs as that user, with no
+    supplementary groups and umask 077. Writes ``run_dir/torchrun<tag>.pgid`` so that a stack
+    shutdown can end a group whose supervisor died. The caller must call ``reap()`` when
+    the process has ended.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "torchrun.log", "ab") as log:
+    private = uid is not None
+    # O_NOFOLLOW: the run folder may belong to the run's user; never follow its links.
+    log_fd = os.open(
+        run_dir / f"torchrun{tag}.log",
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+        0o600,
+    )
+    with os.fdopen(log_fd, "ab") as log:
         proc = subprocess.Popen(
             list(argv),
             env=dict(env),
@@ -32,9 +53,17 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], run_dir: Path) -> subp
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            cwd=env.get("SYNCLANE_WORKDIR") or None,
+            cwd=cwd,
+            user=uid,
+            group=gid,
+            extra_groups=[] if private else None,
+            umask=0o077 if private else -1,
         )
-    (run_dir / PGID_FILE).write_text(str(proc.pid))
+    pgid_path = run_dir / pgid_name(tag)
+    pgid_path.unlink(missing_ok=True)
+    fd = os.open(pgid_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as pgid_file:
+        pgid_file.write(str(proc.pid))
     return proc
 
 
@@ -68,6 +97,15 @@ def kill_tree(pgid: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     signal_group(pgid, signal.SIGKILL)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pid_alive(pid: int) -> bool:
@@ -124,9 +162,13 @@ def terminate_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> int:
     return proc.returncode
 
 
-def reap(run_dir: Path) -> None:
+def pgid_name(tag: str = "") -> str:
+    return f"torchrun{tag}.pgid"
+
+
+def reap(run_dir: Path, tag: str = "") -> None:
     """Forget the pgid file once the group has ended."""
-    (run_dir / PGID_FILE).unlink(missing_ok=True)
+    (run_dir / pgid_name(tag)).unlink(missing_ok=True)
 
 
 def kill_leftover_groups(jobs_dir: Path) -> list[int]:
@@ -135,13 +177,51 @@ def kill_leftover_groups(jobs_dir: Path) -> list[int]:
     Used when a whole stack stops: supervisors that died cannot end their runs.
     """
     killed: list[int] = []
-    for pgid_file in jobs_dir.glob(f"*/{PGID_FILE}"):
+    for found in jobs_dir.glob("*/torchrun*.pgid"):
+        # A run's user owns its run folder: a pgid file it put there is not ours to obey.
+        if found.is_symlink() or found.stat().st_uid != os.geteuid():
+            continue
         try:
-            pgid = int(pgid_file.read_text().strip())
+            pgid = int(found.read_text().strip())
         except (OSError, ValueError):
             continue
         if group_alive(pgid):
             kill_tree(pgid)
             killed.append(pgid)
-        pgid_file.unlink(missing_ok=True)
+        found.unlink(missing_ok=True)
     return killed
+
+
+def cmdline(pid: int) -> str:
+    """The command line of ``pid`` ("" if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def is_run_of(pgid: int, run_dir: Path) -> bool:
+    """True if ``pgid`` still leads the torchrun of ``run_dir`` (not a reused pid)."""
+    return pid_alive(pgid) and f"--run-dir={run_dir}" in cmdline(pgid)
+
+
+def stop_orphan(pgid: int, *, grace_s: float) -> None:
+    """SIGTERM a run whose supervisor died; SIGKILL what is left after ``grace_s``.
+
+    Like ``terminate_group`` for a torchrun that is not our child (no exit status to wait
+    for): its ranks checkpoint on SIGTERM and exit; liveness is judged by pid.
+    """
+    ranks = descendants(pgid)
+    signal_group(pgid, signal.SIGTERM)
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(pid_alive(p) for p in [pgid, *ranks]):
+        time.sleep(0.1)
+    for pid in [*ranks, pgid]:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)

@@ -5,11 +5,13 @@
 
 Trains on the Jargon File lexicon shipped in ``workers/workloads/data`` (public domain; see
 the README there): first 90% of characters for training, last 10% held out for validation.
-It uses the runtime exactly as a user script would: ``wrap()`` the model, ``Reporter.from_env()``
-for telemetry. Checkpoints go to ``--run-dir`` atomically; a restart resumes from the newest.
+It uses the runtime exactly as docs/user-guide.md tells a user to: ``import synclane``,
+``wrap()`` the model, ``Reporter`` for telemetry, ``Checkpointer`` for checkpoints in
+``--run-dir`` (atomic; a restart resumes from the newest valid one).
 
 Exit status: 0 when all steps ran; ``EXIT_STOPPED_AFTER_CHECKPOINT`` (75) when SIGTERM/SIGINT
-stopped it after writing a checkpoint (rank 0 also writes ``RUN_DIR/exit.json``).
+stopped it after writing a checkpoint; ``EXIT_LINK_FAILED`` (76) when the link failed (rank 0
+also writes ``RUN_DIR/exit.json`` for both).
 """
 
 from __future__ import annotations
@@ -18,46 +20,27 @@ import argparse
 import json
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 import torch
 import torch.distributed as dist
+from synclane import Checkpointer, Reporter, RuntimeConfig, SynclaneDDP, wrap
 from torch import nn
 from torch.nn import functional as F
 
 from workers.runtime import protocol as p
-from workers.runtime.config import RuntimeConfig
-from workers.runtime.reporter import AllocationClient, Reporter
-from workers.runtime.wrap import LinkFailure, SynclaneDDP, wrap
-from workers.workloads.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from workers.runtime.reporter import AllocationClient
 
 DATA_FILE = Path(__file__).with_name("data") / "jargon_lexicon_a_to_e.txt"
 VAL_FRACTION = 0.1
 EVAL_BATCHES = 8
 SUMMARY_FILE = "summary.json"  # rank 0 writes it at the end of a run that completed
 # Figures from the runtime's session that go into each metrics message when present.
-REPORTED_FIGURES = (
-    "exposed_comm_s",
-    "busbw_bps",
-    "sync_delay_s",
-    "jitter_s",
-    "chunk_bytes",
-    "reissued",
-    "link_rate_bps",
-    "drift",
-    "sync_period",
-    "grad_norm_var",
-    "loss_descent_rate",
-    "critical_fraction",
-    "sync_enhanced",
-    "fast_link",
-)
+REPORTED_FIGURES = ("busbw_bps", *p.LINK_FIGURES, *p.STRATEGY_FIGURES)
 
 
 # ---------------------------------------------------------------- data
@@ -183,28 +166,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class StopFlag:
-    """Set by SIGTERM/SIGINT; the loop checks it between steps (never mid-collective)."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.signum = signum
-
-    def agreed(self) -> bool:
-        """Return True on every rank once any rank was signalled (one tiny MAX all-reduce).
-
-        Ranks get the signal at slightly different moments; agreeing first keeps them from
-        leaving a collective half-joined.
-        """
-        flag = torch.tensor([1 if self.signum else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-
 def init_distributed() -> tuple[int, int]:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend)
@@ -228,23 +189,9 @@ def evaluate(model: nn.Module, data: CharData, args: argparse.Namespace) -> floa
     return float(total[0] / total[1])
 
 
-def train_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, args: argparse.Namespace
-) -> dict[str, object]:
-    return {
-        "step": step,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": random.getstate(),
-        "args": vars(args),
-    }
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    stop = StopFlag()
     rank, world = init_distributed()
     run_dir = Path(args.run_dir)
     cfg = RuntimeConfig.from_env(
@@ -265,60 +212,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     )
     optimizer = torch.optim.AdamW(gpt.parameters(), lr=args.lr, weight_decay=0.0)
-    start = resume(gpt, optimizer, run_dir, args, reporter)
     model = wrap(gpt, optimizer=optimizer, config=cfg, reporter=reporter, allocation=allocation)
-    model.session.set_step(start)
-    if rank == 0:
-        n_params = sum(q.numel() for q in gpt.parameters())
-        print(
-            f"tiny_gpt: {n_params} params, world {world}, sync {args.sync}, steps {start}->{args.steps}",
-            flush=True,
-        )
-
-    try:
-        code = train(model, optimizer, data, args, start=start, stop=stop, reporter=reporter)
-        reason = f"signal {stop.signum}"
-    except LinkFailure as exc:
-        # Every rank raises at the same step, after the optimizer step: the state is whole.
-        _checkpoint(model, optimizer, model.session.step, args)
-        reporter.event(
-            "link_failed", step=model.session.step, detail=str(exc), exit_code=exc.exit_code
-        )
-        code, reason = exc.exit_code, f"link failure: {exc}"
+    # Saves every --checkpoint-every steps and resumes the newest valid checkpoint; on SIGTERM
+    # (preemption, cancel) or a link failure it saves and exits with the documented code.
+    with Checkpointer(model, optimizer, run_dir=run_dir, every=args.checkpoint_every) as ckpt:
+        start = 0 if args.no_resume else ckpt.resume()
         if rank == 0:
+            n_params = sum(q.numel() for q in gpt.parameters())
             print(
-                f"tiny_gpt: {reason}; checkpoint written at step {model.session.step}", flush=True
+                f"tiny_gpt: {n_params} params, world {world}, sync {args.sync}, steps {start}->{args.steps}",
+                flush=True,
             )
-    if rank == 0 and code != p.EXIT_OK:
-        exit_info = {"code": code, "reason": reason, "step": model.session.step}
-        (run_dir / p.EXIT_FILE).write_text(json.dumps(exit_info))
-    model.session.close()  # also stops the allocation client
-    reporter.close()
-    dist.destroy_process_group()
-    return code
+        train(model, optimizer, data, args, start=start, ckpt=ckpt, reporter=reporter)
+    ckpt.close()  # the session (and its allocation client), the reporter, the process group
+    return p.EXIT_OK
 
 
-def resume(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    run_dir: Path,
-    args: argparse.Namespace,
-    reporter: Reporter,
-) -> int:
-    """Load the newest checkpoint in ``run_dir`` into model and optimizer; return its step (0 if none)."""
-    path = None if args.no_resume else latest_checkpoint(run_dir)
-    if path is None:
-        return 0
-    state = load_checkpoint(path)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-    step = int(state["step"])
-    reporter.event("resumed", resumed_from_step=step, checkpoint=path.name)
-    if dist.get_rank() == 0:
-        print(f"tiny_gpt: resumed_from_step={step} ({path.name})", flush=True)
-    return step
+@dataclass
+class RunTotals:
+    """What the end-of-run summary adds up over the steps this process ran."""
+
+    started: float = field(default_factory=time.perf_counter)
+    bytes_sent: int = 0
+    comm_time_s: float = 0.0
+    reissued: int = 0  # gradient chunks re-issued on a degraded link
+
+    def add(self, comm: dict[str, float]) -> None:
+        self.bytes_sent += int(comm["bytes_sent"])
+        self.comm_time_s += comm["comm_time_s"]
+        self.reissued += int(comm.get("reissued", 0))
 
 
 def train(
@@ -328,70 +250,106 @@ def train(
     args: argparse.Namespace,
     *,
     start: int,
-    stop: StopFlag,
+    ckpt: Checkpointer,
     reporter: Reporter,
-) -> int:
-    """Run steps ``start+1 .. args.steps``; return the process exit code."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    run_dir = Path(args.run_dir)
-    saved_step = start
-    run_started, total_bytes, total_comm, reissued = time.perf_counter(), 0, 0.0, 0
+) -> None:
+    """Run steps ``start+1 .. args.steps``; write the summary when the last step ran.
+
+    A stop signal leaves through ``ckpt.step_done`` (a checkpoint, then SystemExit 75).
+    """
+    totals = RunTotals()
     metrics: dict[str, float | int] = {}
     for step in range(start + 1, args.steps + 1):
-        t0 = time.perf_counter()
-        x, y = data.batch(
-            "train",
-            batch_size=args.batch_size,
-            seq_len=args.seq_len,
-            seed=_batch_seed(args.seed, rank, step),
-        )
-        loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        step_time = time.perf_counter() - t0
-        comm = model.session.pop_step_stats()
-        total_bytes += int(comm["bytes_sent"])
-        total_comm += comm["comm_time_s"]
-        reissued += int(comm.get("reissued", 0))
-        last = step == args.steps
-        samples_per_s = args.batch_size * world / step_time
-        metrics = {
-            "loss": loss.item(),
-            "samples_per_s": samples_per_s,
-            "tokens_per_s": samples_per_s * args.seq_len,
-            "step_time_s": step_time,
-            "comm_time_s": comm["comm_time_s"],
-            "bytes_sent": int(comm["bytes_sent"]),
-            **{k: comm[k] for k in REPORTED_FIGURES if k in comm},
-        }
-        if (alloc := model.session.allocation_bps()) is not None:
-            metrics["allocation_bps"] = alloc
-        if last and args.sync not in (p.SYNC_FULL, p.SYNC_POWERSGD):
-            model.session.synchronize()  # one final model: average the replicas
-        if last or (args.eval_every and step % args.eval_every == 0):
-            metrics["val_loss"] = evaluate(model.module, data, args)
-        reporter.log(metrics, step=step)
-        if rank == 0 and (
-            step % args.log_every == 0 or step == args.steps or "val_loss" in metrics
-        ):
-            _print_progress(step, args.steps, metrics)
-        if args.checkpoint_every and step % args.checkpoint_every == 0:
-            _checkpoint(model, optimizer, step, args)
-            saved_step = step
-        if stop.agreed():
-            if saved_step != step:
-                _checkpoint(model, optimizer, step, args)
-            reporter.event(
-                "stopped", step=step, signal=stop.signum, exit_code=p.EXIT_STOPPED_AFTER_CHECKPOINT
-            )
-            if rank == 0:
-                print(
-                    f"tiny_gpt: stopped by signal {stop.signum} at step {step}; checkpoint in {run_dir}",
-                    flush=True,
-                )
-            return p.EXIT_STOPPED_AFTER_CHECKPOINT
-    wall = time.perf_counter() - run_started
+        loss, step_time = train_step(model, optimizer, data, args, step=step)
+        metrics = step_metrics(model, args, loss=loss, step_time=step_time, totals=totals)
+        end_of_step(model, data, args, step=step, metrics=metrics, reporter=reporter)
+        ckpt.step_done(step)  # every --checkpoint-every steps; on SIGTERM: save, exit 75
+    _finish(args, start=start, totals=totals, metrics=metrics, reporter=reporter)
+
+
+def train_step(
+    model: SynclaneDDP,
+    optimizer: torch.optim.Optimizer,
+    data: CharData,
+    args: argparse.Namespace,
+    *,
+    step: int,
+) -> tuple[torch.Tensor, float]:
+    """Forward, backward and optimizer step on this rank's batch; return the loss and seconds."""
+    t0 = time.perf_counter()
+    x, y = data.batch(
+        "train",
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=_batch_seed(args.seed, dist.get_rank(), step),
+    )
+    loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss, time.perf_counter() - t0
+
+
+def step_metrics(
+    model: SynclaneDDP,
+    args: argparse.Namespace,
+    *,
+    loss: torch.Tensor,
+    step_time: float,
+    totals: RunTotals,
+) -> dict[str, float | int]:
+    """The step's figures, with the session's communication figures (also added to totals)."""
+    comm = model.session.pop_step_stats()
+    totals.add(comm)
+    samples_per_s = args.batch_size * dist.get_world_size() / step_time
+    metrics: dict[str, float | int] = {
+        "loss": loss.item(),
+        "samples_per_s": samples_per_s,
+        "tokens_per_s": samples_per_s * args.seq_len,
+        "step_time_s": step_time,
+        "comm_time_s": comm["comm_time_s"],
+        "bytes_sent": int(comm["bytes_sent"]),
+        **{k: comm[k] for k in REPORTED_FIGURES if k in comm},
+    }
+    if (alloc := model.session.allocation_bps()) is not None:
+        metrics["allocation_bps"] = alloc
+    return metrics
+
+
+def end_of_step(
+    model: SynclaneDDP,
+    data: CharData,
+    args: argparse.Namespace,
+    *,
+    step: int,
+    metrics: dict[str, float | int],
+    reporter: Reporter,
+) -> None:
+    """Bookkeeping after a step: final average, evaluation, report, progress.
+
+    Adds ``val_loss`` to ``metrics`` on evaluation steps.
+    """
+    last = step == args.steps
+    if last and args.sync not in (p.SYNC_FULL, p.SYNC_POWERSGD):
+        model.session.synchronize()  # one final model: average the replicas
+    if last or (args.eval_every and step % args.eval_every == 0):
+        metrics["val_loss"] = evaluate(model.module, data, args)
+    reporter.log(metrics, step=step)
+    if dist.get_rank() == 0 and (step % args.log_every == 0 or last or "val_loss" in metrics):
+        _print_progress(step, args.steps, metrics)
+
+
+def _finish(
+    args: argparse.Namespace,
+    *,
+    start: int,
+    totals: RunTotals,
+    metrics: dict[str, float | int],
+    reporter: Reporter,
+) -> None:
+    """All steps ran: rank 0 writes the run's summary; every rank reports it."""
+    world = dist.get_world_size()
+    wall = time.perf_counter() - totals.started
     steps_run = args.steps - start
     summary = {
         "sync": args.sync,
@@ -399,30 +357,21 @@ def train(
         "steps": steps_run,
         "wall_s": wall,
         "samples_per_s": steps_run * args.batch_size * world / wall if wall > 0 else 0.0,
-        "bytes_per_step": total_bytes / max(1, steps_run),
-        "comm_time_per_step_s": total_comm / max(1, steps_run),
-        "reissued": reissued,  # gradient chunks re-issued on a degraded link
+        "bytes_per_step": totals.bytes_sent / max(1, steps_run),
+        "comm_time_per_step_s": totals.comm_time_s / max(1, steps_run),
+        "reissued": totals.reissued,
         "val_loss": metrics.get("val_loss"),
         "link_rate_bps": metrics.get("link_rate_bps"),
     }
-    if rank == 0 and steps_run > 0:
+    run_dir = Path(args.run_dir)
+    if dist.get_rank() == 0 and steps_run > 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     reporter.event("finished", **summary)
-    return p.EXIT_OK
 
 
 def _batch_seed(seed: int, rank: int, step: int) -> int:
     return (seed * 1_000_003 + rank) * 1_000_033 + step
-
-
-def _checkpoint(
-    model: SynclaneDDP, optimizer: torch.optim.Optimizer, step: int, args: argparse.Namespace
-) -> None:
-    """Rank 0 writes; everyone waits so no rank races ahead of a half-written checkpoint."""
-    if dist.get_rank() == 0:
-        save_checkpoint(Path(args.run_dir), step, train_state(model.module, optimizer, step, args))
-    dist.barrier()
 
 
 def _print_progress(step: int, steps: int, m: dict[str, float | int]) -> None:

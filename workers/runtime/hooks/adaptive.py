@@ -8,6 +8,11 @@ the whole bucket is averaged, exactly like ``full``.
 
 The critical set changes only at a global sync, from figures all ranks agreed on, so every
 rank gathers the same slices and issues the same collectives.
+
+With a wire dtype (``compress``, default bf16) what goes every step is rounded to it with
+error feedback (``compress.ErrorFeedback``): half the bytes, and what a rounding left out
+goes with the next step's gradient. Every rank receives the same reduced values, so
+critical replicas stay identical.
 """
 
 # No `from __future__ import annotations`: DDP checks hook annotations at runtime.
@@ -15,20 +20,34 @@ rank gathers the same slices and issues the same collectives.
 import torch
 from torch._C._distributed_c10d import GradBucket  # = dist.GradBucket, typed for mypy
 
+from workers.runtime.compress import ErrorFeedback
 from workers.runtime.engine import CommEngine
 
 
 class SelectiveState:
     """Hook state.
 
-    Hyper-parameters: ``engine``. Internal state: ``critical`` (ids of critical parameters),
-    ``sync_all``, the per-bucket slice cache. Statistics: ``grad_sq``.
+    Hyper-parameters: ``engine``, ``feedback`` (the wire dtype and its residuals). Internal
+    state: ``critical`` (ids of critical parameters), ``sync_all``, the per-bucket slice
+    cache. Statistics: ``grad_sq``.
     """
 
-    __slots__ = ("engine", "world_size", "critical", "sync_all", "grad_sq", "_slices", "_version")
+    __slots__ = (
+        "engine",
+        "feedback",
+        "world_size",
+        "critical",
+        "sync_all",
+        "grad_sq",
+        "_slices",
+        "_version",
+    )
 
-    def __init__(self, *, engine: CommEngine, critical: set[int]) -> None:
+    def __init__(
+        self, *, engine: CommEngine, critical: set[int], feedback: ErrorFeedback | None = None
+    ) -> None:
         self.engine = engine
+        self.feedback = feedback or ErrorFeedback(None)
         self.world_size = engine.world_size
         self.critical = set(critical)
         self.sync_all = True
@@ -40,6 +59,7 @@ class SelectiveState:
         if critical != self.critical:
             self.critical = set(critical)
             self._version += 1
+            self.feedback.clear()  # residuals belong to the old gathered layout
 
     def slices(self, bucket: GradBucket) -> list[tuple[int, int]]:
         """Return merged [start, end) element ranges of critical parameters in ``bucket``."""
@@ -64,24 +84,28 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     """Average critical gradient slices globally; keep non-critical slices local."""
     buf = bucket.buffer()
     state.grad_sq += float(buf.pow(2).sum())
-    if state.sync_all:
-        buf.div_(state.world_size)
-        return state.engine.submit(buf, flush=bucket.is_last())
-    ranges = state.slices(bucket)
-    if len(ranges) == 1 and ranges[0] == (0, buf.numel()):
+    ranges = [(0, buf.numel())] if state.sync_all else state.slices(bucket)
+    whole = len(ranges) == 1 and ranges[0] == (0, buf.numel())
+    if whole and not state.feedback.enabled:
         buf.div_(state.world_size)
         return state.engine.submit(buf, flush=bucket.is_last())
     # Gather (a copy), reduce, scatter back. An empty gather still goes to the engine so a
     # last bucket with no critical slice flushes what earlier buckets left pending.
-    gathered = torch.cat([buf[a:b] for a, b in ranges]) if ranges else buf.new_empty(0)
-    gathered.div_(state.world_size)
-    fut = state.engine.submit(gathered, flush=bucket.is_last())
+    if whole:
+        gathered = buf.div(state.world_size)
+    elif ranges:
+        gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
+    else:
+        gathered = buf.new_empty(0)
+    # Keyed by mode and bucket: the gathered layout is fixed for both while the set holds.
+    wire = state.feedback.compress((state.sync_all, bucket.index()), gathered)
+    fut = state.engine.submit(wire, flush=bucket.is_last())
 
     def scatter(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         reduced = f.value()
         offset = 0
         for a, b in ranges:
-            buf[a:b].copy_(reduced[offset : offset + b - a])
+            buf[a:b].copy_(reduced[offset : offset + b - a])  # copy_ casts back to fp32
             offset += b - a
         return buf
 

@@ -2,12 +2,16 @@
 
 ``full`` hands buckets to the ``CommEngine`` (fusion, chunking, pacing). ``powersgd`` and
 ``localsgd`` run torch's own hooks unchanged and are *paced after*: the torch hook's Future
-is chained to the engine, which sleeps off the wire bytes on its own thread and completes
-our Future then; a ``then()`` callback only enqueues, it never blocks (STACK-NOTES 3).
+goes to the engine, whose thread waits for it, sleeps off the wire bytes and completes our
+Future then. No Python ``then()`` callback is put on a gloo Future: gloo's own threads would
+run it, and at interpreter exit such a thread can abort the process (see
+``CommEngine.pace_after``).
 """
 
 # No `from __future__ import annotations`: DDP checks hook annotations at runtime against
 # the real `dist.GradBucket` / `Future[Tensor]` objects, and strings fail that check.
+
+from typing import Any, cast
 
 import torch
 from torch._C._distributed_c10d import GradBucket  # = dist.GradBucket, typed for mypy
@@ -92,14 +96,49 @@ def paced_torch_hook(
     state.grad_sq += float(tensor.pow(2).sum())
     payload = state.payload_elements(bucket) * tensor.element_size()
     started = state.engine.stats.launched()
-    if state.kind == "powersgd":
-        assert isinstance(state.inner, powersgd.PowerSGDState)
-        inner = powersgd.powerSGD_hook(state.inner, bucket)
-    else:
-        assert isinstance(state.inner, localsgd.PostLocalSGDState)
-        inner = localsgd.post_localSGD_hook(state.inner, bucket)
     wire = ring_allreduce_wire_bytes(payload, state.world_size)
+    if state.kind == "powersgd":
+        # PowerSGD's chain of collectives runs one bucket at a time on the engine's thread
+        # (see CommEngine.run_serially); the bucket is read here, on the autograd thread.
+        inner_state = state.inner
+        assert isinstance(inner_state, powersgd.PowerSGDState)
+        view = cast(Any, BucketView(bucket))  # duck-types the GradBucket methods the hook reads
+        return state.engine.run_serially(
+            lambda: powersgd.powerSGD_hook(inner_state, view),
+            started=started,
+            payload_bytes=payload,
+            wire_bytes=wire,
+        )
+    assert isinstance(state.inner, localsgd.PostLocalSGDState)
+    inner = localsgd.post_localSGD_hook(state.inner, bucket)
     return state.engine.pace_after(inner, started=started, payload_bytes=payload, wire_bytes=wire)
+
+
+class BucketView:
+    """What torch's PowerSGD hook reads of a ``GradBucket``, taken on the autograd thread.
+
+    The hook runs later on the engine's thread; it reads only these four methods.
+    """
+
+    __slots__ = ("_buffer", "_index", "_gradients", "_is_last")
+
+    def __init__(self, bucket: GradBucket) -> None:
+        self._buffer = bucket.buffer()
+        self._index = bucket.index()
+        self._gradients = bucket.gradients()
+        self._is_last = bucket.is_last()
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def gradients(self) -> list[torch.Tensor]:
+        return self._gradients
+
+    def is_last(self) -> bool:
+        return self._is_last
 
 
 def noop_hook(state: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -114,6 +153,7 @@ def noop_future(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
 
 
 __all__ = [
+    "BucketView",
     "EngineHookState",
     "PacedTorchHookState",
     "engine_allreduce_hook",

@@ -31,8 +31,30 @@
     });
   }, 2000);
 
+  // A node's state (ready, cordoned, draining, lost) as the control plane last told it.
+  function showNode(name, data) {
+    const row = document.querySelector(`tr.node-row[data-node="${CSS.escape(name)}"]`);
+    if (!row || !data || !data.state) return;
+    const badge = row.querySelector(".node-state");
+    badge.textContent = data.state;
+    badge.className = "node-state state-" + data.state;
+    let reason = row.querySelector(".node-reason");
+    if (!reason && data.state_reason) {
+      reason = document.createElement("span");
+      reason.className = "muted small node-reason";
+      badge.after(" ", reason);
+    }
+    if (reason) reason.textContent = data.state_reason || "";
+    state.nodes = (state.nodes || 0) + 1;
+  }
+
   S.connect("/ws/cluster/", (msg) => {
     state.messages += 1;
+    if (msg.type === "node") return showNode(msg.node, msg.data);
+    if (msg.type === "nodes" && msg.data) {
+      Object.entries(msg.data).forEach(([name, data]) => showNode(name, data));
+      return;
+    }
     const tenant = msg.tenant || (msg.data && msg.data.tenant);
     if (msg.type === "allocation" && tenant) {
       (alloc[tenant] = alloc[tenant] || {})[msg.job] = Number(msg.data.allocation_mbps) || 0;

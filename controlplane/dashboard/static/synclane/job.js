@@ -16,6 +16,7 @@
     points: countPoints(history.metrics.loss), lastStep: history.last_step || 0,
     links: history.links, alarms: {}, backfills: 0, heatmapMetric: "bandwidth_mbps",
     periods: (history.periods || []).map((p) => p.slice()), startedAt: Date.now(), startStep: history.last_step || 0,
+    logLines: 0,
   };
 
   // --- derived figures (mirror of dashboard.charts.derive) ---
@@ -36,6 +37,8 @@
   // relayout) would leave the page seconds behind. One frame extends every chart at once.
   let pending = [];
   function onMetrics(data) {
+    const none = document.getElementById("no-metrics");
+    if (none) none.remove();
     if (typeof data.step !== "number" || data.step <= state.lastStep) return;  // seen (backfill)
     state.lastStep = data.step;
     if (!pending.length) requestAnimationFrame(flush);
@@ -205,7 +208,9 @@
     badge.textContent = msg.status;
     badge.className = "status status-" + msg.status;
     document.getElementById("job-reason").textContent = msg.reason || "";
-    document.getElementById("job-restarts").textContent = msg.restarts;
+    document.getElementById("job-restarts").textContent = msg.restarts + " of " + msg.max_restarts;
+    document.getElementById("job-resumed-from").textContent =
+      msg.resumed_from_step === null || msg.resumed_from_step === undefined ? "—" : "step " + msg.resumed_from_step;
     if (msg.previous) {
       const li = document.createElement("li");
       li.innerHTML = "<time></time> " + msg.previous + " → <b></b> ";
@@ -220,8 +225,34 @@
     if (el && typeof data.allocation_mbps === "number") el.textContent = data.allocation_mbps.toFixed(1) + " Mbit/s";
   }
 
+  // --- logs: every rank's new lines arrive on the socket (a bounded backlog first); the
+  // select shows one rank. Each rank keeps its last LOG_LINES lines.
+  const LOG_LINES = 1000;
+  const FAILURE = /Traceback|Error|error:|FAILED|Killed/;
+  const logView = document.getElementById("log-view");
+  const logSource = document.getElementById("log-source");
+  let logs = {};
+  function onLog(msg) {
+    const lines = (logs[msg.rank] = logs[msg.rank] || []);
+    lines.push(...msg.lines);
+    if (lines.length > LOG_LINES) lines.splice(0, lines.length - LOG_LINES);
+    state.logLines += msg.lines.length;
+    const option = logSource.querySelector(`option[value="${msg.rank}"]`);
+    if (option && msg.lines.some((l) => FAILURE.test(l))) option.textContent = msg.rank + " · failing";
+    if (msg.rank === logSource.value) showLog();
+  }
+  function showLog() {
+    const lines = logs[logSource.value] || [];
+    const atBottom = logView.scrollTop + logView.clientHeight >= logView.scrollHeight - 4;
+    logView.textContent = lines.length ? lines.join("\n") : logView.dataset.empty;
+    if (atBottom) logView.scrollTop = logView.scrollHeight;
+  }
+  logSource.addEventListener("change", showLog);
+  showLog();
+
   // --- backfill after a reconnect: what came after the last step we drew ---
   async function backfill() {
+    logs = {};  // the new socket sends each log's backlog again
     const resp = await fetch(`/jobs/${jobId}/history.json?after_step=${state.lastStep}`, { credentials: "same-origin" });
     if (!resp.ok) return;
     const h = await resp.json();
@@ -243,5 +274,6 @@
     else if (msg.type === "alarm_ack") onAck(msg.data);
     else if (msg.type === "allocation") onAllocation(msg.data);
     else if (msg.type === "status") onStatus(msg);
+    else if (msg.type === "log") onLog(msg);
   }, backfill);
 })();

@@ -35,6 +35,8 @@ class Command(BaseCommand):
             try:
                 if ingest.step(block_ms=500) == 0:
                     time.sleep(0.05)  # no active streams: XREAD was not issued
-            except redis.ConnectionError:
-                log.warning("redis unreachable; retrying in 1 s")
+            except (redis.RedisError, OSError) as exc:
+                # Redis restarting (refused, reset, still loading): keep the loop, retry.
+                # The next step re-reads which jobs stream from the database.
+                log.warning("redis unavailable (%r); retrying in 1 s", exc)
                 time.sleep(1.0)

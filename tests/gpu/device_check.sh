@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The runtime on one GPU, in one command (a few minutes; each launch is bounded to 2):
+#
+#   tests/gpu/device_check.sh          # on a machine with a GPU: NCCL at world size 1 through
+#                                      # wrap, and two ranks on gloo with CUDA tensors
+#   tests/gpu/device_check.sh --cpu    # the same checks on CPU with gloo (the test suite's dry run)
+#
+# train and equal (full == plain DDP, bit for bit) run in both set-ups, throttle (paced
+# all-reduces reach the emulated link's rate) on two ranks (at world size 1 nothing crosses a
+# link): five torchrun launches of tests/gpu/device_check.py.
+# Prints one summary line; exits 1 if any check failed (with the failed launches' log tails).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PY="${PYTHON:-}"
+[ -n "$PY" ] || { [ -x .venv/bin/python ] && PY=.venv/bin/python || PY=python3; }
+
+device=cuda single=nccl
+if [ "${1:-}" = "--cpu" ]; then device=cpu single=gloo; fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+export OMP_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" CUBLAS_WORKSPACE_CONFIG=:4096:8
+
+for setup in "1 $single" "2 gloo"; do
+  read -r world backend <<<"$setup"
+  checks="train equal"
+  [ "$world" -gt 1 ] && checks="$checks throttle"
+  for check in $checks; do
+    name="$check-$backend-$world"
+    timeout 120 "$PY" -m torch.distributed.run --standalone --nnodes=1 \
+      --nproc-per-node="$world" tests/gpu/device_check.py "$check" "$device" "$backend" \
+      "$out/$name.json" >"$out/$name.log" 2>&1
+    echo "$?" >"$out/$name.rc"
+  done
+done
+
+"$PY" - "$out" "$device" <<'PYEOF'
+import json, sys
+from pathlib import Path
+
+out, device = Path(sys.argv[1]), sys.argv[2]
+parts, failed = [], []
+for rc_file in sorted(out.glob("*.rc")):
+    name = rc_file.stem
+    result_file = out / f"{name}.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    ok = rc_file.read_text().strip() == "0" and result.get("ok") is True
+    figure = ""
+    if "achieved_over_link" in result:
+        figure = f" {result['achieved_over_link']:.2f}x"
+    elif "max_abs_diff" in result:
+        figure = f" diff {result['max_abs_diff']:g}"
+    parts.append(f"{name} {'ok' if ok else 'FAILED'}{figure}")
+    if not ok:
+        failed.append(name)
+print(f"device_check {device}: {len(parts) - len(failed)}/{len(parts)} ok | " + "; ".join(parts))
+for name in failed:
+    print(f"--- {name}.log (tail)\n" + (out / f"{name}.log").read_text(errors="replace")[-2000:])
+sys.exit(1 if failed or len(parts) != 5 else 0)
+PYEOF

@@ -1,0 +1,186 @@
+"""`make up`'s process supervision, on real processes: restart with backoff, stop all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from controlplane import devstack
+from workers.supervisor.process import cmdline, descendants, parent_pid, pid_alive
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+QUITTER = [sys.executable, "-c", "import sys; sys.exit(3)"]
+
+
+def check_until(stack: devstack.Stack, predicate, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        stack.check()
+        time.sleep(0.05)
+
+
+def test_a_service_that_exits_is_restarted_after_a_backoff_with_a_log_line():
+    said: list[str] = []
+    stack = devstack.Stack(say=said.append)
+    first = stack.start("worker", SLEEPER, env=os.environ, restart=True)
+    try:
+        os.kill(first.pid, 9)
+        first.wait()
+        killed_at = time.monotonic()
+        check_until(stack, lambda: stack.get("worker").proc is not first)
+
+        assert time.monotonic() - killed_at >= devstack.RESTART_BASE_S * 0.9
+        assert said[0] == "devstack: worker exited with code -9; restarting in 1 s (restart 1)"
+        assert said[1].startswith("devstack: worker restarted (pid ")
+        assert stack.get("worker").proc.poll() is None
+    finally:
+        stack.stop()
+
+
+def test_a_service_that_keeps_exiting_waits_longer_each_time():
+    said: list[str] = []
+    stack = devstack.Stack(say=said.append)
+    stack.start("ingest", QUITTER, env=os.environ, restart=True)
+    try:
+        check_until(stack, lambda: len(said) >= 4, timeout=30)
+        delays = [line for line in said if "restarting in" in line]
+        assert "restarting in 1 s (restart 1)" in delays[0]
+        assert "restarting in 2 s (restart 2)" in delays[1]
+    finally:
+        stack.stop()
+
+
+def test_a_service_started_without_restart_is_left_down():
+    said: list[str] = []
+    stack = devstack.Stack(say=said.append)
+    proc = stack.start("once", QUITTER, env=os.environ)
+    proc.wait()
+    assert not stack.check() and said == []
+    stack.stop()
+
+
+def test_stop_ends_every_service_it_started_and_restarts_nothing_after():
+    stack = devstack.Stack(say=lambda _: None)
+    procs = [stack.start(n, SLEEPER, env=os.environ, restart=True) for n in ("a", "b", "c")]
+    stack.stop()
+    assert not any(pid_alive(p.pid) for p in procs)
+    assert not stack.check() and stack.procs == []
+
+
+@pytest.mark.integration
+def test_make_up_restarts_a_killed_service_and_ctrl_c_stops_all_it_started(tmp_path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"REDIS_URL", "DATABASE_URL", devstack.PRIVATE_REDIS_FLAG}
+    }
+    env.update(
+        SYNCLANE_RUN_DIR=str(tmp_path),
+        SYNCLANE_JOBS_DIR=str(tmp_path / "jobs"),
+        PORT=str(devstack.free_port()),
+        PYTHONUNBUFFERED="1",
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.devstack", "up"],
+        env=env,
+        cwd=devstack.BASE_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = Lines(up)
+    try:
+        lines.wait_for("Synclane is up", timeout=180)
+        children = [pid for pid in descendants(up.pid) if parent_pid(pid) == up.pid]
+        services = {name: pid for pid in children if (name := service_of(pid))}
+        assert set(services) == {"redis", "beat", "worker", "ingest", "asgi"}, services
+
+        os.kill(services["ingest"], signal.SIGKILL)
+        lines.wait_for("devstack: ingest exited with code -9; restarting in 1 s", timeout=30)
+        lines.wait_for("devstack: ingest restarted (pid ", timeout=30)
+        assert pid_alive(services["worker"]), "only the dead service is restarted"
+
+        os.kill(up.pid, signal.SIGINT)  # Ctrl-C
+        lines.wait_for("stopped everything this stack started", timeout=90)
+        assert up.wait(timeout=30) == 0
+        started = [*services.values(), *lines.restarted_pids()]
+        assert not [pid for pid in started if pid_alive(pid)]
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def service_of(pid: int) -> str | None:
+    """Which devstack service a process is, from its command line (None: not a service)."""
+    line = cmdline(pid)
+    for name, mark in (
+        ("redis", "redis-server"),
+        ("beat", " beat "),
+        ("worker", " worker "),
+        ("ingest", "telemetry_ingest"),
+        ("asgi", "controlplane.asgi_server"),
+    ):
+        if mark in f" {line} ":
+            return name
+    return None
+
+
+class Lines:
+    """The output of a process, read by a thread, searchable while it runs."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.seen.append(line.rstrip("\n"))
+
+    def wait_for(self, text: str, *, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((line for line in list(self.seen) if text in line), None)
+            if found is not None:
+                return found
+            time.sleep(0.1)
+        raise AssertionError(f"no line with {text!r} in {timeout:.0f} s; last: {self.seen[-15:]}")
+
+    def restarted_pids(self) -> list[int]:
+        marker = "restarted (pid "
+        return [int(ln.split(marker)[1].rstrip(")")) for ln in self.seen if marker in ln]
+
+
+def test_up_with_several_nodes_starts_one_worker_per_node_with_its_own_name_address_and_queue():
+    stack = devstack.Stack()
+    # A harmless stand-in for the worker: the argv and environment are what is checked.
+    stack.start = lambda name, argv, *, env, **_: stack.services.append(  # type: ignore[method-assign]
+        devstack.Service(name, list(argv), dict(env), None, True, 1.0)
+    )
+    nodes = devstack.start_nodes(stack, {"SYNCLANE_NODE_SLOTS": ""}, devstack.BASE_DIR, nodes=3)
+    assert [n.name for n in nodes] == ["n1", "n2", "n3"]
+    workers = {s.name: s for s in stack.services}
+    n2 = workers["worker-n2"]
+    assert n2.env["SYNCLANE_NODE_NAME"] == "n2" and n2.env["SYNCLANE_NODE_ADDRESS"] == "127.0.0.2"
+    assert n2.env["SYNCLANE_NODE_SLOTS"] == "2"  # so a 4-rank job spans two nodes
+    assert n2.argv[n2.argv.index("-Q") + 1] == "control,runs,node.n2"
+    assert "--hostname=synclane-n2@%h" in n2.argv and "--concurrency=4" in n2.argv
+
+
+@pytest.mark.parametrize(
+    ("args", "nodes"),
+    [(["--nodes", "2"], 2), (["--nodes=3"], 3), (["--nodes", "0"], 0), (["--nodes", "x"], 0),
+     (["--nodes", "10"], 0), (["2"], 0)],
+)  # fmt: skip
+def test_up_reads_the_number_of_nodes_and_refuses_anything_else(args, nodes):
+    assert devstack._nodes_arg(args) == nodes

@@ -1,0 +1,78 @@
+"""Sync strategies behind ``wrap()``: ``full``, ``adaptive``, ``powersgd``, ``localsgd`` (+ ``none``).
+
+``base`` holds what they share (and ``full``, ``none``), ``torch_hooks`` the peers built on
+torch's hooks, ``adaptive`` our selective sync. ``build`` picks one from the config.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workers.runtime import protocol as p
+from workers.runtime.config import RuntimeConfig
+from workers.runtime.engine import CommEngine
+from workers.runtime.reporter import Reporter
+from workers.runtime.strategies.adaptive import (
+    ADAPTIVE_BUCKET_CAP_MB,
+    Adaptive,
+    local_step_scale,
+)
+from workers.runtime.strategies.base import (
+    COL,
+    COLUMNS,
+    DEFAULT_BUCKET_CAP_MB,
+    Full,
+    NoComm,
+    Strategy,
+)
+from workers.runtime.strategies.torch_hooks import LocalSGD, PowerSGD
+
+
+def bucket_cap_mb(config: RuntimeConfig) -> float:
+    """DDP's bucket size for ``config``: the configured one, else the strategy's default."""
+    if config.bucket_cap_mb is not None:
+        return config.bucket_cap_mb
+    return ADAPTIVE_BUCKET_CAP_MB if config.sync == p.SYNC_ADAPTIVE else DEFAULT_BUCKET_CAP_MB
+
+
+def build(
+    *,
+    engine: CommEngine,
+    config: RuntimeConfig,
+    reporter: Reporter | None,
+    optimizer: torch.optim.Optimizer | None,
+    background: CommEngine | None = None,
+) -> Strategy:
+    """Return the strategy ``config.sync`` names (``background``: adaptive's averaging lane)."""
+    if config.sync == p.SYNC_ADAPTIVE:
+        return Adaptive(
+            engine=engine,
+            config=config,
+            reporter=reporter,
+            optimizer=optimizer,
+            background=background,
+        )
+    classes: dict[str, type[Strategy]] = {
+        p.SYNC_FULL: Full,
+        p.SYNC_POWERSGD: PowerSGD,
+        p.SYNC_LOCALSGD: LocalSGD,
+        p.SYNC_NONE: NoComm,
+    }
+    return classes[config.sync](engine=engine, config=config)
+
+
+__all__ = [
+    "ADAPTIVE_BUCKET_CAP_MB",
+    "COL",
+    "COLUMNS",
+    "DEFAULT_BUCKET_CAP_MB",
+    "Adaptive",
+    "Full",
+    "LocalSGD",
+    "NoComm",
+    "PowerSGD",
+    "Strategy",
+    "bucket_cap_mb",
+    "build",
+    "local_step_scale",
+]
