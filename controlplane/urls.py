@@ -116,3 +116,8 @@ urlpatterns = [
         name="api-tenant-quota",
     ),
 ]
+
+# Paths under /api/ that no view owns, and unhandled exceptions there, answer with the API's
+# error body instead of an HTML page (lib.api_errors).
+handler404 = "controlplane.lib.api_errors.not_found"
+handler500 = "controlplane.lib.api_errors.server_error"

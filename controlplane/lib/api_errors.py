@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -52,3 +54,24 @@ def _flatten(errors: dict[str, Any], prefix: str = "") -> dict[str, list[str]]:
         else:
             flat[name] = [str(value)]
     return flat
+
+
+API_PREFIX = "/api/"
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """404 for a URL no route matches: the API's error body under /api/, else Django's page.
+
+    DRF answers the 404s of its own views; this covers paths no view owns
+    (``/api/v1/nope/``), which would otherwise get an HTML page a client cannot parse.
+    """
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500: the API's error body under /api/ (nothing about the failure), else Django's page."""
+    if request.path.startswith(API_PREFIX):
+        return JsonResponse({"detail": "Internal server error."}, status=500)
+    return defaults.server_error(request)

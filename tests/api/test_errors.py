@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from django.test import Client
+from django.urls import path
+
 from controlplane.bundles.services import BundleInUse
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import ArtifactsInUse
@@ -57,3 +61,36 @@ def test_both_in_use_refusals_are_conflicts_the_handler_answers():
     for refusal in (BundleInUse("bundle 9f2c is used"), ArtifactsInUse("job 7 is running")):
         assert isinstance(refusal, Conflict)
         assert exception_handler(refusal, {}).status_code == 409
+
+
+def boom(request):
+    raise RuntimeError("a secret the client must not see")
+
+
+# This module is also the URLconf of the 500 test below (pytest.mark.urls).
+urlpatterns = [path("api/v1/boom/", boom), path("boom/", boom)]
+handler500 = "controlplane.lib.api_errors.server_error"
+
+
+def test_an_api_path_no_view_owns_is_a_404_with_only_a_detail(as_user, alice):
+    response = as_user(alice).get("/api/v1/no-such-thing/")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+def test_a_page_no_view_owns_is_still_an_html_404(client):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.urls("tests.api.test_errors")
+def test_an_unhandled_exception_under_the_api_is_a_500_with_only_a_detail():
+    client = Client(raise_request_exception=False)
+    response = client.get("/api/v1/boom/")
+    assert response.status_code == 500
+    assert response.json() == {"detail": "Internal server error."}
+    assert b"secret" not in response.content
+    page = client.get("/boom/")
+    assert page.status_code == 500
+    assert page["Content-Type"].startswith("text/html")
