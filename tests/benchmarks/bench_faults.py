@@ -1,4 +1,4 @@
-"""Benchmark of fault recovery (issue 11): kill -9 a process under a running job.
+"""Benchmark of fault recovery: kill -9 a process under a running job.
 
     python tests/benchmarks/bench_faults.py                    # 3 runs per fault
     python tests/benchmarks/bench_faults.py --quick            # 1 run per fault

@@ -543,13 +543,13 @@ checkpoints).
 
 {kueue}
 
-Reading: without protection the livelock the issue describes is there (mediums evicted by each
+Reading: without protection the livelock is there (mediums evicted by each
 new large arrival, ~50 times each); the eviction limit does not stop it, because each eviction is
 by a newly arrived higher-priority job, which the limit allows by design. A minimum run time
 stops it (max 3 evictions per job, a third of the work lost), at the price of a long wait for
 the large jobs, which may no longer cut short the small ones they used to evict. Replay CPU
-grows about linearly with the trace (the issue measured 68 s, 284 s and 1,218 s for 1x, 2x and
-4x before decisions became incremental). A decision with a 50,000-job backlog costs what the
+grows about linearly with the trace (the scheduler that re-walked the backlog took 68 s, 284 s and 1,218 s for 1x, 2x
+and 4x before decisions became incremental). A decision with a 50,000-job backlog costs what the
 dirty tenants' equivalence classes cost, not the backlog, but the 50 ms target is missed: the
 mean is about 20 ms, the first decision (all 100 tenants, about 48 classes each) about 55-60 ms,
 and the slowest single decision about 100 ms. The spikes were Python's garbage collector walking

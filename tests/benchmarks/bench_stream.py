@@ -1,4 +1,4 @@
-"""Benchmark of the live stream (issue 5): run -> Redis stream -> ingest -> channel layer -> browser.
+"""Benchmark of the live stream: run -> Redis stream -> ingest -> channel layer -> browser.
 
     python tests/benchmarks/bench_stream.py           # full curve, writes bench-results/stream.json
     python tests/benchmarks/bench_stream.py --quick   # two points, about a minute

@@ -262,7 +262,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def verdicts(groups: dict[tuple[str, int, str, str], list[dict[str, Any]]]) -> list[str]:
-    """One line per (model, ranks): the issue's targets for adaptive, met or not (seed means)."""
+    """One line per (model, ranks): the speed and loss targets for adaptive, met or not (seed means)."""
 
     def avg(rows: list[dict[str, Any]] | None, field: str) -> float | None:
         values = [r[field] for r in rows or [] if r.get(field) is not None]

@@ -1,4 +1,4 @@
-"""The trace simulator: replays the shipped example and prints the metrics the issue lists."""
+"""The trace simulator: replays the shipped example and prints its fairness, wait and eviction metrics."""
 
 from __future__ import annotations
 
