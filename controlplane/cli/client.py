@@ -19,10 +19,24 @@ TIMEOUT_S = 15.0
 class CliError(Exception):
     """What went wrong, as the CLI prints it; ``fields`` maps field names to reasons."""
 
-    def __init__(self, message: str, fields: dict[str, list[str]] | None = None):
+    def __init__(
+        self,
+        message: str,
+        fields: dict[str, list[str]] | None = None,
+        *,
+        status: int | None = None,
+        unreachable: bool = False,
+    ):
         super().__init__(message)
         self.message = message
         self.fields = fields or {}
+        self.status = status  # the HTTP status of an error answer
+        self.unreachable = unreachable  # no answer at all (refused, timed out, network gone)
+
+    @property
+    def retryable(self) -> bool:
+        """No answer, or a proxy's "the server is not there right now" (502, 503, 504)."""
+        return self.unreachable or self.status in (502, 503, 504)
 
 
 class Api:
@@ -42,7 +56,7 @@ class Api:
         try:
             response = self.http.request(method, path, json=body, params=query)
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {self.login.url}: {exc}") from None
+            raise CliError(f"cannot reach {self.login.url}: {exc}", unreachable=True) from None
         return decoded(response)
 
     def get(self, path: str, **params: Any) -> Any:
@@ -63,7 +77,7 @@ class Api:
                 files={"file": (filename, archive, "application/gzip")},
             )
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {self.login.url}: {exc}") from None
+            raise CliError(f"cannot reach {self.login.url}: {exc}", unreachable=True) from None
         return decoded(response), response.status_code == 201
 
     def download(self, path: str, dest: Path) -> int:
@@ -78,7 +92,7 @@ class Api:
                     for chunk in response.iter_bytes():
                         f.write(chunk)
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {self.login.url}: {exc}") from None
+            raise CliError(f"cannot reach {self.login.url}: {exc}", unreachable=True) from None
         return dest.stat().st_size
 
 
@@ -91,11 +105,11 @@ def decoded(response: httpx.Response) -> Any:
     if response.is_success:
         return body
     if not isinstance(body, dict):
-        raise CliError(f"the server answered {response.status_code}")
+        raise CliError(f"the server answered {response.status_code}", status=response.status_code)
     fields = {
         k: [str(r) for r in v] for k, v in body.items() if k != "detail" and isinstance(v, list)
     }
     detail = str(body.get("detail") or f"the server answered {response.status_code}")
     if response.status_code == 401:
         detail += " (run `synclane login`)"
-    raise CliError(detail, fields)
+    raise CliError(detail, fields, status=response.status_code)

@@ -1,7 +1,7 @@
 """``synclane logs -f``: print a rank's new log lines until the job ends.
 
 Each read asks the API for what follows the last byte offset; a failed read (server
-restarting, network gone) is retried with a growing wait, and the offset makes the next
+restarting, network gone, a proxy's 502/503/504) is retried with a growing wait, and the offset makes the next
 good read print exactly the lines that were missed.
 """
 
@@ -34,7 +34,7 @@ def follow_logs(
             done = api.get(f"/api/v1/jobs/{job_id}/")["status"] in TERMINAL
             page = api.get(f"/api/v1/jobs/{job_id}/logs/", rank=rank, stream=stream, after=offset)
         except CliError as exc:
-            if not exc.message.startswith("cannot reach"):
+            if not exc.retryable:
                 raise
             failing_since = failing_since or time.monotonic()
             if time.monotonic() - failing_since > give_up_after_s:

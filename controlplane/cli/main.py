@@ -86,7 +86,7 @@ def login(
                 timeout=15,
             )
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {url}: {exc}") from None
+            raise CliError(f"cannot reach {url}: {exc}", unreachable=True) from None
         token = str(decoded(response)["token"])
     session = Api(config.Login(url=url, token=token))
     tenants = session.get("/api/v1/tenants/")

@@ -1,13 +1,15 @@
-"""The CLI's pure parts: saved login, job files, NAME=VALUE, backoff, progress."""
+"""The CLI's pure parts: saved login, job files, NAME=VALUE, backoff, progress, log follow."""
 
 from __future__ import annotations
 
 import stat
 
+import httpx
 import pytest
 
 from controlplane.cli import config
-from controlplane.cli.client import CliError
+from controlplane.cli.client import Api, CliError
+from controlplane.cli.follow import follow_logs
 from controlplane.cli.jobfile import load_job_file, parse_assignments, submit_body
 from controlplane.cli.watch import Backoff, Progress, socket_url
 
@@ -79,3 +81,36 @@ def test_progress_never_goes_back_and_ignores_other_messages():
 def test_the_socket_url_follows_the_scheme():
     assert socket_url("https://sync.example:8443", 7) == "wss://sync.example:8443/ws/jobs/7/"
     assert socket_url("http://127.0.0.1:8000", 7) == "ws://127.0.0.1:8000/ws/jobs/7/"
+
+
+def answering(*answers: tuple[int, dict]) -> Api:
+    """An Api whose HTTP answers are ``answers`` in turn (status, JSON), as a proxy would give."""
+    queue = list(answers)
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        status, body = queue.pop(0)
+        return httpx.Response(status, json=body)
+
+    api = Api(config.Login(url="http://control-plane", token="t"))
+    api.http = httpx.Client(base_url="http://control-plane", transport=httpx.MockTransport(reply))
+    return api
+
+
+def test_follow_retries_a_proxys_503_and_prints_each_line_once():
+    running, done = {"status": "running"}, {"status": "succeeded"}
+    api = answering(
+        (200, running), (200, {"lines": ["a"], "offset": 2}),
+        (503, {"detail": "upstream restarting"}),
+        (200, done), (200, {"lines": ["b"], "offset": 4}),
+        (200, done), (200, {"lines": [], "offset": 4}),
+    )  # fmt: skip
+    out, waits = [], []
+    follow_logs(api, 7, rank=0, stream="stdout", offset=0, write=out.append, sleep=waits.append)
+    assert out == ["a\n", "b\n"]
+    assert waits == [0.5]  # one back-off wait, for the 503
+
+
+def test_follow_stops_on_an_answer_that_will_not_change():
+    api = answering((404, {"detail": "Not found."}))
+    with pytest.raises(CliError, match="Not found"):
+        follow_logs(api, 7, rank=0, stream="stdout", offset=0, write=print, sleep=lambda s: None)
