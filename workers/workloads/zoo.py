@@ -41,7 +41,15 @@ class RecurrentLM(nn.Module):
         self.head = nn.Linear(width, VOCAB)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        hidden, _ = self.rnn(self.embed(tokens))
+        embedded = self.embed(tokens)
+        if tokens.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # oneDNN has no bf16 LSTM on CPUs without AVX-512 ("could not create a primitive
+            # descriptor"): under CPU autocast the recurrent layer runs in float32, the
+            # embedding and the head stay in bf16.
+            with torch.autocast("cpu", enabled=False):
+                hidden, _ = self.rnn(embedded.float())
+        else:
+            hidden, _ = self.rnn(embedded)
         logits: torch.Tensor = self.head(hidden)
         return logits
 
