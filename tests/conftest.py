@@ -74,14 +74,15 @@ def redis_server(tmp_path_factory) -> Iterator[str]:
     """A redis-server of this pytest process alone (runtime and workload tests use it).
 
     Separate from the suite's Redis so that flushing it never touches the broker and
-    channel layer of the live worker processes. Yields its URL; stopped at the end.
+    channel layer of the live worker processes. Yields its URL (as the ``default`` user, with
+    the server's password); stopped at the end.
     """
-    port = devstack.free_port()
-    argv = devstack.redis_server_argv(port, tmp_path_factory.mktemp("redis"))
+    port, password = devstack.free_port(), devstack.new_redis_password()
+    argv = devstack.redis_server_argv(port, tmp_path_factory.mktemp("redis"), password=password)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
     try:
         devstack.wait_for_port(port, timeout=15, proc=proc)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield devstack.private_redis_url(port, password)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

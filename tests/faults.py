@@ -124,8 +124,11 @@ T = TypeVar("T")
 
 @dataclass
 class RedisServer:
+    """A private redis-server whose ``default`` user needs ``password``, as devstack's has."""
+
     port: int
     data_dir: Path
+    password: str
     proc: subprocess.Popen[bytes]
 
     @classmethod
@@ -133,12 +136,14 @@ class RedisServer:
         """Start a redis-server on ``port`` (a free one by default); return once it listens."""
         port = port or devstack.free_port()
         data_dir = workdir / f"redis-{port}"
-        proc = _spawn(port, data_dir)
-        return cls(port=port, data_dir=data_dir, proc=proc)
+        password = devstack.new_redis_password()
+        proc = _spawn(port, data_dir, password)
+        return cls(port=port, data_dir=data_dir, password=password, proc=proc)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The server as its ``default`` user (the same across restarts)."""
+        return devstack.private_redis_url(self.port, self.password)
 
     def kill(self) -> None:
         """kill -9 the server and wait until it is gone."""
@@ -146,8 +151,8 @@ class RedisServer:
         self.proc.wait(timeout=10)
 
     def restart(self) -> None:
-        """Start a fresh server on the same port (the old one must be dead)."""
-        self.proc = _spawn(self.port, self.data_dir)
+        """Start a fresh server on the same port and password (the old one must be dead)."""
+        self.proc = _spawn(self.port, self.data_dir, self.password)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -155,8 +160,8 @@ class RedisServer:
             self.proc.wait(timeout=10)
 
 
-def _spawn(port: int, data_dir: Path) -> subprocess.Popen[bytes]:
-    argv = devstack.redis_server_argv(port, data_dir)
+def _spawn(port: int, data_dir: Path, password: str) -> subprocess.Popen[bytes]:
+    argv = devstack.redis_server_argv(port, data_dir, password=password)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
     # The port of a just-killed server can take a moment to be free again.
     devstack.wait_for_port(port, timeout=15, proc=proc)

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
+import redis
 
 from controlplane import devstack
 from workers.supervisor.process import cmdline, descendants, parent_pid, pid_alive
@@ -102,11 +104,24 @@ def test_make_up_restarts_a_killed_service_and_ctrl_c_stops_all_it_started(tmp_p
         children = [pid for pid in descendants(up.pid) if parent_pid(pid) == up.pid]
         services = {name: pid for pid in children if (name := service_of(pid))}
         assert set(services) == {"redis", "beat", "worker", "ingest", "asgi"}, services
+        # The private Redis's password is never printed: its URL is shown masked.
+        password = urlsplit(environ_of(services["asgi"])["REDIS_URL"]).password
+        assert password and lines.wait_for("private Redis at redis://:****@127.0.0.1:", timeout=1)
+        assert not [line for line in lines.seen if password in line]
 
         os.kill(services["ingest"], signal.SIGKILL)
         lines.wait_for("devstack: ingest exited with code -9; restarting in 1 s", timeout=30)
         lines.wait_for("devstack: ingest restarted (pid ", timeout=30)
         assert pid_alive(services["worker"]), "only the dead service is restarted"
+
+        # Its own Redis too: on the same port with the same password, so the URL every
+        # service was given works again.
+        os.kill(services["redis"], signal.SIGKILL)
+        lines.wait_for("devstack: redis exited with code -9; restarting in 1 s", timeout=30)
+        lines.wait_for("devstack: redis restarted (pid ", timeout=30)
+        url = environ_of(services["asgi"])["REDIS_URL"]
+        wait_until(lambda: _pings(url), timeout=30)
+        assert pid_alive(services["worker"]) and pid_alive(services["asgi"])
 
         os.kill(up.pid, signal.SIGINT)  # Ctrl-C
         lines.wait_for("stopped everything this stack started", timeout=90)
@@ -117,6 +132,12 @@ def test_make_up_restarts_a_killed_service_and_ctrl_c_stops_all_it_started(tmp_p
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        items = f.read().decode().split("\0")
+    return dict(item.split("=", 1) for item in items if "=" in item)
 
 
 def service_of(pid: int) -> str | None:
@@ -184,3 +205,81 @@ def test_up_with_several_nodes_starts_one_worker_per_node_with_its_own_name_addr
 )  # fmt: skip
 def test_up_reads_the_number_of_nodes_and_refuses_anything_else(args, nodes):
     assert devstack._nodes_arg(args) == nodes
+
+
+# --- the private Redis: its default user needs a password ---------------------------------
+
+
+def test_the_private_redis_refuses_its_default_user_without_the_password(tmp_path):
+    stack = devstack.Stack(say=lambda _: None)
+    try:
+        url = devstack.start_private_redis(stack, tmp_path)
+        password = redis.Redis.from_url(url).connection_pool.connection_kwargs["password"]
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert url == f"redis://:{password}@127.0.0.1:{port}/0" and len(password) >= 32
+
+        admin = redis.Redis.from_url(url, decode_responses=True)
+        assert admin.ping() and admin.acl_whoami() == "default"
+        for user, wrong in ((None, None), ("default", None), ("default", "x" * 43), (None, "x")):
+            with pytest.raises(redis.AuthenticationError):
+                redis.Redis(port=port, username=user, password=wrong).keys("*")
+        admin.close()
+    finally:
+        stack.stop()
+
+
+def test_the_password_is_in_a_file_of_its_owner_alone_and_not_on_the_command_line(tmp_path):
+    port, password = devstack.free_port(), devstack.new_redis_password()
+    argv = devstack.redis_server_argv(port, tmp_path / "redis", password=password)
+    assert not [arg for arg in argv if password in arg]
+    auth = devstack.redis_auth_file(tmp_path / "redis", port)
+    assert argv[1] == str(auth) and auth.read_text() == f"requirepass {password}\n"
+    assert auth.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_restart_with_the_same_password_keeps_the_url_valid(tmp_path):
+    port, password = devstack.free_port(), devstack.new_redis_password()
+    url = devstack.private_redis_url(port, password)
+    for _ in range(2):  # started, killed, started again as tests/faults.py does
+        proc = subprocess.Popen(
+            devstack.redis_server_argv(port, tmp_path, password=password),
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            devstack.wait_for_port(port, timeout=15, proc=proc)
+            assert redis.Redis.from_url(url).ping()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("password", ["", "short", "has space in it 0123456789", "new\nline" * 4])
+def test_a_password_that_would_not_fit_a_config_line_or_a_url_is_refused(tmp_path, password):
+    with pytest.raises(ValueError, match="private Redis password"):
+        devstack.redis_server_argv(devstack.free_port(), tmp_path, password=password)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@127.0.0.1:6400/0", "redis://:****@127.0.0.1:6400/0"),
+        ("redis://ops:s3cret@redis.internal:6379/2", "redis://ops:****@redis.internal:6379/2"),
+        ("redis://127.0.0.1:6400/0", "redis://127.0.0.1:6400/0"),
+    ],
+)
+def test_a_url_is_shown_with_its_password_masked(url, shown):
+    assert devstack.masked_url(url) == shown
+
+
+def _pings(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+def wait_until(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)

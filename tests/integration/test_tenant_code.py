@@ -340,6 +340,10 @@ def test_from_inside_a_job_only_its_own_telemetry_and_folder_are_reachable(code_
     allowed = {what: how for what, how in results.items() if str(how).startswith("ALLOWED")}
     assert set(allowed) == {"own allocation"}, results
     assert "NoPermission" in results["other stream"] and "NoPermission" in results["flushall"]
+    # The server's all-powerful default user: not without a password (NOAUTH), not with the
+    # job's own (WRONGPASS); redis-py raises AuthenticationError for both.
+    for how in ("default, no password", "default, own password", "own password, no user"):
+        assert results[how].startswith("refused: AuthenticationError: "), (how, results)
     assert "PermissionError" in results["other run folder"], results
     assert results["env"] == []
     # Its own telemetry went through.

@@ -67,6 +67,16 @@ def test_everything_else_is_refused(job7, attempt):
         attempt(job7)
 
 
+def test_the_run_s_url_is_its_own_user_never_the_server_s_password(redis_url, r):
+    server_password = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs["password"]
+    assert server_password  # the suite's Redis has one, as devstack's
+    credential = redis_acl.create_job_user(r, 7, redis_url)
+    kwargs = redis.Redis.from_url(credential.url).connection_pool.connection_kwargs
+    assert (kwargs["username"], kwargs["password"]) == ("synclane-job-7", credential.password)
+    assert server_password not in credential.url
+    assert credential.url.endswith(redis_url.rsplit("@", 1)[1])  # same host, port, database
+
+
 def test_deleting_the_user_ends_its_access(redis_url, r):
     url = redis_acl.create_job_user(r, 9, redis_url).url
     redis_acl.delete_job_user(r, 9)
