@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from controlplane.dashboard import history
 from controlplane.jobs.access import get_job_for
+from controlplane.jobs.placement import ranks_per_node
 from controlplane.lib.api_schema import errors
 from controlplane.lib.pagination import NewestRaisedFirst
 from controlplane.telemetry import logs
@@ -67,8 +68,16 @@ class LinkSerializer(serializers.ModelSerializer[LinkState]):
 
 
 class LogsQuery(serializers.Serializer[Any]):
-    rank = serializers.IntegerField(min_value=0, default=0)
-    stream = serializers.ChoiceField(choices=logs.STREAMS, default="stdout")
+    rank = serializers.IntegerField(
+        min_value=0,
+        default=0,
+        help_text="global rank (a run across nodes numbers its ranks node by node)",
+    )
+    stream = serializers.ChoiceField(
+        choices=logs.STREAMS,
+        default="stdout",
+        help_text="torchrun: the output of the torchrun that runs `rank` (one per node)",
+    )
     lines = serializers.IntegerField(min_value=1, max_value=1000, default=100)
     after = serializers.IntegerField(
         min_value=0, required=False, help_text="byte offset from a previous answer (follow)"
@@ -218,7 +227,8 @@ class JobLogs(APIView):
         query = LogsQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         q = query.validated_data
-        path = logs.log_path(job.run_dir, rank=q["rank"], stream=q["stream"])
+        nodes = ranks_per_node(job.placement)  # a run across nodes: read by global rank
+        path = logs.log_path(job.run_dir, rank=q["rank"], stream=q["stream"], nodes=nodes)
         if "after" in q:
             offset, lines = logs.read_after(path, q["after"])
         else:

@@ -31,6 +31,7 @@ from controlplane.jobs.adapters import MBPS
 from controlplane.jobs.choices import ACTIVE
 from controlplane.jobs.models import Job, Node
 from controlplane.jobs.nodes import node_cordon, node_drain, node_uncordon
+from controlplane.jobs.placement import ranks_per_node, torchrun_stream
 from controlplane.jobs.services import job_cancel, job_set_priority, job_submit, queue_position
 from controlplane.jobs.spec import JobSpec, SpecError
 from controlplane.lib.conflict import Conflict
@@ -104,12 +105,24 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "eta_s": history.eta_seconds(job),
         "has_metrics": job.samples.exists(),
         "ranks": range(job.world_size),
+        "torchrun_logs": torchrun_logs(job),
         "artifacts": artifacts.list_artifacts(job.run_dir, limit=ARTIFACTS_SHOWN),
         "can_act": acting_tenants_for(request.user).filter(pk=job.tenant_id).exists(),
         "is_tenant_admin": _is_tenant_admin(request.user, job.tenant),
         "priority_form": PriorityForm(initial={"priority": job.priority}),
     }
     return render(request, "dashboard/job_detail.html", context)
+
+
+def torchrun_logs(job: Job) -> list[tuple[str, str]]:
+    """(log source, label) of each torchrun output of the job: one per node of a run across
+    nodes ("torchrun n1", "torchrun n2", in node-rank order), else one "torchrun"."""
+    if not ranks_per_node(job.placement):
+        return [("torchrun", "torchrun")]
+    return [
+        (torchrun_stream(node_rank), f"torchrun {row.get('node', node_rank)}")
+        for node_rank, row in enumerate(job.rank_nodes)
+    ]
 
 
 def job_figures(data: dict[str, Any]) -> dict[str, Any]:

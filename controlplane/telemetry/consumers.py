@@ -21,6 +21,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.jobs.access import jobs_for
+from controlplane.jobs.choices import JobStatus
+from controlplane.jobs.placement import ranks_per_node
 from controlplane.jobs.state import status_message
 from controlplane.telemetry.groups import CLUSTER_GROUP, job_group, tenant_group, user_group
 from controlplane.telemetry.logs import LogFollower
@@ -122,16 +124,29 @@ class JobConsumer(LiveConsumer):
 
     Logs are files in the run folder, not messages: each socket follows them itself (reads
     only, in a thread), sending a bounded backlog first and then new lines every LOG_POLL_S.
-    This needs the run folder on this server's machine (one node today).
+    This needs the run folder on this server's machine (a shared jobs folder for a run across
+    nodes), whose ranks are followed by global rank from the job's placement; a ``running``
+    status (the job may run on other nodes now) reads the placement again.
     """
 
     kind = "job"
     log_task: asyncio.Task[None] | None = None
+    follower: LogFollower | None = None
 
     async def connect(self) -> None:
         await super().connect()
         if self.groups_joined:  # accepted: the job is the user's
-            self.log_task = asyncio.create_task(self.follow_logs(LogFollower(self.job.run_dir)))
+            nodes = ranks_per_node(self.job.placement)
+            self.follower = LogFollower(self.job.run_dir, nodes=nodes)
+            self.log_task = asyncio.create_task(self.follow_logs(self.follower))
+
+    async def forward(self, event: dict[str, Any]) -> None:
+        await super().forward(event)
+        payload = event["payload"]
+        running = payload.get("type") == "status" and payload.get("status") == JobStatus.RUNNING
+        if self.follower is not None and running:
+            job = await _refreshed(self.job)
+            self.follower.nodes = ranks_per_node(job.placement)
 
     async def disconnect(self, code: int) -> None:
         if self.log_task is not None:

@@ -3,12 +3,22 @@
 torchrun writes ``--log-dir=RUN_DIR/logs`` with ``--redirects=3`` as
 ``logs/<run id>_<suffix>/attempt_<n>/<local rank>/{stdout,stderr}.log``; the supervisor
 appends torchrun's own output to ``RUN_DIR/torchrun.log``. Only the newest attempt counts.
+
+A run across nodes runs one torchrun per node, all writing to the job's one run folder: node
+rank i's torchrun logs to ``logs/node<i>/`` (same layout below it) and its output goes to
+``torchrun.log`` (node rank 0) or ``torchrun.node<i>.log``. Its ranks are read by GLOBAL rank:
+the job's placement says how many ranks each node runs, and torchrun numbers them node by
+node (``controlplane.jobs.placement``), so global rank r is a local rank of one node's newest
+attempt. ``nodes`` below is that count per node, () for a run on one node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from controlplane.jobs.placement import torchrun_stream
 
 TAIL_BYTES = 16_384
 
@@ -45,12 +55,44 @@ STREAMS = ("stdout", "stderr", "torchrun")
 READ_LIMIT = 65_536  # most bytes one follow-up read returns
 
 
-def log_path(run_dir: Path, *, rank: int, stream: str) -> Path | None:
-    """The file of one rank's stream in the newest attempt (or torchrun's log); None if none."""
+def locate(rank: int, nodes: Sequence[int] = ()) -> tuple[int, int] | None:
+    """(node rank, local rank) of global rank ``rank``; None past the placement's ranks.
+
+    On one node (``nodes`` empty) every rank is its own local rank on node rank 0.
+    """
+    if not nodes:
+        return 0, rank
+    start = 0
+    for node_rank, count in enumerate(nodes):
+        if start <= rank < start + count:
+            return node_rank, rank - start
+        start += count
+    return None
+
+
+def logs_dir(run_dir: Path, node_rank: int = 0, nodes: Sequence[int] = ()) -> Path:
+    """The folder node rank ``node_rank``'s torchrun logs to (``--log-dir``)."""
+    return run_dir / "logs" if not nodes else run_dir / "logs" / f"node{node_rank}"
+
+
+def torchrun_log(run_dir: Path, node_rank: int = 0) -> Path:
+    """Node rank ``node_rank``'s torchrun output (``torchrun.log`` on one node)."""
+    return run_dir / f"{torchrun_stream(node_rank)}.log"
+
+
+def log_path(run_dir: Path, *, rank: int, stream: str, nodes: Sequence[int] = ()) -> Path | None:
+    """The file of global rank ``rank``'s stream in its node's newest attempt; None if none.
+
+    ``stream`` "torchrun" is the torchrun output of the node that runs ``rank``.
+    """
+    where = locate(rank, nodes)
+    if where is None:
+        return None
+    node_rank, local_rank = where
     if stream == "torchrun":
-        return run_dir / "torchrun.log"
-    attempt = latest_attempt(run_dir / "logs")
-    return None if attempt is None else attempt / str(rank) / f"{stream}.log"
+        return torchrun_log(run_dir, node_rank)
+    attempt = latest_attempt(logs_dir(run_dir, node_rank, nodes))
+    return None if attempt is None else attempt / str(local_rank) / f"{stream}.log"
 
 
 def read_after(path: Path | None, offset: int, *, limit: int = READ_LIMIT) -> tuple[int, list[str]]:
@@ -89,7 +131,8 @@ BACKLOG_BYTES = 64 * 1024  # ...read from at most this far before its end
 
 @dataclass(frozen=True)
 class LogChunk:
-    """New lines of one log file: ``rank`` is a rank number as text, or "torchrun"."""
+    """New lines of one log file: ``rank`` is a global rank as text, or a torchrun output:
+    "torchrun" (the one node, or node rank 0), "torchrun.node<i>" (node rank i)."""
 
     rank: str
     stream: str
@@ -109,9 +152,13 @@ class LogFollower:
     The first ``poll`` returns the last BACKLOG_LINES lines of each file (the backlog); later
     polls return what was appended since. A file seen for the first time later (a rank that
     starts writing, a restart's new attempt) also starts from at most its last lines.
+    ``nodes``: ranks per node of a run across nodes (each node's newest attempt, its ranks
+    numbered globally); () for a run on one node. It may change between polls (a job admitted
+    again on other nodes).
     """
 
     run_dir: Path
+    nodes: tuple[int, ...] = ()
     offsets: dict[Path, int] = field(default_factory=dict)
 
     def poll(self) -> list[LogChunk]:
@@ -129,19 +176,34 @@ class LogFollower:
         return chunks
 
     def files(self) -> list[tuple[str, str, str, Path]]:
-        """(rank, stream, attempt, path) of each rank's stdout and stderr, then torchrun's."""
+        """(rank, stream, attempt, path) of each rank's stdout and stderr by global rank, then
+        each node's torchrun output."""
         found = []
-        attempt = latest_attempt(self.run_dir / "logs")
-        if attempt is not None:
-            ranks = sorted(
-                (p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()),
-                key=lambda p: int(p.name),
-            )
-            for rank_dir in ranks:
+        nodes, first = self.nodes, 0  # one layout per poll: the socket may replace it
+        for node_rank, count in enumerate(nodes or [None]):
+            attempt = latest_attempt(logs_dir(self.run_dir, node_rank, nodes))
+            for local, rank_dir in _rank_dirs(attempt):
+                if count is not None and local >= count:
+                    continue  # an attempt of an earlier placement: not this node's ranks now
                 for stream in ("stdout", "stderr"):
-                    found.append((rank_dir.name, stream, attempt.name, rank_dir / f"{stream}.log"))
-        found.append(("torchrun", "torchrun", "", self.run_dir / "torchrun.log"))
+                    path = rank_dir / f"{stream}.log"
+                    found.append((str(first + local), stream, rank_dir.parent.name, path))
+            first += count or 0
+        for node_rank in range(max(1, len(nodes))):
+            name = torchrun_stream(node_rank)
+            found.append((name, "torchrun", "", torchrun_log(self.run_dir, node_rank)))
         return [f for f in found if f[3].is_file()]
+
+
+def _rank_dirs(attempt: Path | None) -> list[tuple[int, Path]]:
+    """(local rank, folder) of each rank of an attempt, by local rank."""
+    if attempt is None:
+        return []
+    try:
+        dirs = [p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()]
+    except OSError:
+        return []
+    return sorted((int(p.name), p) for p in dirs)
 
 
 def _backlog_start(path: Path) -> int:

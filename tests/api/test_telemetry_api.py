@@ -71,6 +71,31 @@ def test_logs_of_a_job_that_has_not_run_are_empty(as_user, alice, vision, settin
     assert (body["lines"], body["offset"]) == ([], 0)
 
 
+def test_logs_of_a_run_across_nodes_are_read_by_global_rank(
+    as_user, alice, vision, settings, tmp_path
+):
+    """2 nodes x 2 ranks: rank 2 is node rank 1's local rank 0, in that node's own log folder."""
+    settings.SYNCLANE_JOBS_DIR = tmp_path
+    nodes = [{"node": "n1", "ranks": [0, 1]}, {"node": "n2", "ranks": [2, 3]}]
+    job = make_job(vision, world_size=4, placement={"nodes": nodes})
+    for node in (0, 1):
+        for local in (0, 1):
+            folder = job.run_dir / "logs" / f"node{node}" / "run_x" / "attempt_0" / str(local)
+            folder.mkdir(parents=True)
+            (folder / "stdout.log").write_text(f"node {node} local {local}\n")
+    (job.run_dir / "torchrun.node1.log").write_text("n2's torchrun\n")
+    client = as_user(alice)
+
+    def lines(query: str) -> list[str]:
+        return client.get(f"/api/v1/jobs/{job.pk}/logs/?{query}").json()["lines"]
+
+    assert lines("rank=2") == ["node 1 local 0"]
+    assert lines("rank=3") == ["node 1 local 1"]
+    assert lines("rank=1") == ["node 0 local 1"]
+    assert lines("rank=3&stream=torchrun") == ["n2's torchrun"]
+    assert lines("rank=4") == []
+
+
 def raise_alarm(job, kind="sync_drift", **fields):
     return Alarm.objects.create(job=job, kind=kind, raised_at=timezone.now(), **fields)
 

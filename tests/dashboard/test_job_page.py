@@ -163,6 +163,18 @@ def test_the_log_panel_offers_every_rank_and_torchrun(client, alice, visions_job
     assert 'id="log-view"' in page and "logs-refresh" not in page
 
 
+def test_a_run_across_nodes_offers_each_node_s_torchrun_log(client, alice, visions_job):
+    nodes = [{"node": "n1", "ranks": [0, 1]}, {"node": "n2", "ranks": [2, 3]}]
+    Job.objects.filter(pk=visions_job.pk).update(world_size=4, placement={"nodes": nodes})
+    page = client_for(client, alice).get(reverse("job-detail", args=[visions_job.pk])).text
+    panel = page.split('id="log-source"')[1].split("</select>")[0]
+    options = re.findall(r'<option value="([^"]+)">([^<]+)</option>', panel)
+    assert options == [
+        ("0", "0"), ("1", "1"), ("2", "2"), ("3", "3"),
+        ("torchrun", "torchrun n1"), ("torchrun.node1", "torchrun n2"),
+    ]  # fmt: skip
+
+
 def test_a_job_that_reported_no_metrics_shows_it_with_exit_status_and_wall_time(
     client, alice, visions_job
 ):

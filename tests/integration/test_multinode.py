@@ -26,7 +26,9 @@ from django.db.models import F
 from controlplane.jobs import state
 from controlplane.jobs.models import Job, Node
 from controlplane.jobs.nodes import node_drain, node_uncordon
+from controlplane.jobs.placement import ranks_per_node
 from controlplane.jobs.services import job_cancel
+from controlplane.telemetry import logs
 from controlplane.telemetry.models import MetricSample
 from tests import faults
 from tests.faults import wait_until
@@ -183,12 +185,23 @@ def test_a_job_placed_two_plus_two_succeeds_with_the_losses_of_the_same_job_on_o
     single, split = losses(one.pk), losses(two.pk)
     assert max(single) == STEPS and set(single) == set(split), (sorted(single), sorted(split))
     assert split == single  # bit for bit: the same ranks, data and reductions
-    # Each node's torchrun ran its own 2 ranks of the same attempt (one log folder per agent).
+    # Each node's torchrun ran its own 2 ranks of the same attempt, logged in the node's own
+    # folder, and the logs are read by global rank: ranks 2 and 3 are n2's local ranks 0 and 1.
     run_dir = cluster.live.jobs_dir / f"job-{two.pk}"
     assert (run_dir / "torchrun.node1.log").exists()
-    agents = sorted((run_dir / "logs").glob(f"synclane-{two.pk}-*"))
-    assert len(agents) == 2, agents
-    assert all(sorted(p.name for p in (a / "attempt_0").iterdir()) == ["0", "1"] for a in agents)
+    newest = [logs.latest_attempt(run_dir / "logs" / f"node{i}") for i in (0, 1)]
+    assert all(a is not None and sorted(p.name for p in a.iterdir()) == ["0", "1"] for a in newest)
+    assert len({a.parent.name.split("_", 1)[0] for a in newest if a}) == 1, newest  # one run id
+    nodes = ranks_per_node(done.placement)
+    assert nodes == (2, 2)
+    for rank in (2, 3):
+        path = logs.log_path(run_dir, rank=rank, stream="stdout", nodes=nodes)
+        assert path == newest[1] / str(rank - 2) / "stdout.log" and path.is_file()
+    head = logs.log_path(run_dir, rank=0, stream="stdout", nodes=nodes)
+    assert any(line.startswith("tiny_gpt:") for line in logs.tail(head))  # global rank 0 prints
+    assert logs.log_path(run_dir, rank=3, stream="torchrun", nodes=nodes) == (
+        run_dir / "torchrun.node1.log"
+    )
 
 
 def test_a_killed_node_s_job_resumes_from_its_checkpoint_on_the_capacity_left(cluster, vision):

@@ -191,6 +191,15 @@ def test_a_node_of_a_run_across_nodes_joins_the_c10d_rendezvous_of_node_rank_0()
     assert argv.index("--rdzv-backend=c10d") < argv.index("workers.workloads.tiny_gpt")
 
 
+def test_each_node_of_a_run_across_nodes_logs_to_a_folder_of_its_own():
+    """They share the run folder: node rank i's ranks are logs/node<i>/.../<local rank>/."""
+    assert "--log-dir=/runs/job-7/logs" in build_command(spec())
+    follower = build_command(spec(world_size=4, gang=gang_part()))
+    host = build_command(spec(world_size=4, gang=gang_part(node_rank=0, local_addr="10.0.0.1")))
+    assert "--log-dir=/runs/job-7/logs/node1" in follower
+    assert "--log-dir=/runs/job-7/logs/node0" in host
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

@@ -125,7 +125,8 @@ def build_command(spec: LaunchSpec) -> list[str]:
 
     Single node, ``--standalone``: torchrun's c10d rendezvous picks a free port, so
     concurrent jobs never clash. Across nodes (``spec.gang``): ``--nnodes=N`` and a c10d
-    rendezvous at node rank 0's address and published port (see ``gang_argv``).
+    rendezvous at node rank 0's address and published port (see ``gang_argv``), and a log
+    folder of the node's own (``log_dir``).
     A :data:`PLAIN_PROCESS` workload runs as one process.
     Tenant code runs as ``torchrun ... script.py ARGS`` or ``torchrun ... -m module ARGS``
     from the bundle copy (``spec.cwd``).
@@ -139,13 +140,21 @@ def build_command(spec: LaunchSpec) -> list[str]:
         "torch.distributed.run",
         *(gang_argv(spec.gang) if spec.gang else ["--standalone", "--nnodes=1"]),
         f"--nproc-per-node={spec.nproc_per_node}",
-        f"--log-dir={spec.run_dir / 'logs'}",
+        f"--log-dir={log_dir(spec)}",
         "--redirects=3",
         "--tee=3",
     ]
     if spec.entrypoint:
         return [*argv, *spec.entrypoint]
     return [*argv, *_workload_argv(spec)]
+
+
+def log_dir(spec: LaunchSpec) -> Path:
+    """Where this node's torchrun writes its ranks' logs: ``RUN_DIR/logs`` for a run on one
+    node; ``RUN_DIR/logs/node<i>`` for node rank i of a run across nodes, whose torchruns
+    share the run folder (``controlplane/telemetry/logs.py`` reads them by global rank)."""
+    logs = spec.run_dir / "logs"
+    return logs if spec.gang is None else logs / f"node{spec.gang.node_rank}"
 
 
 def gang_argv(gang: GangPart) -> list[str]:

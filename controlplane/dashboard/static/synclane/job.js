@@ -238,7 +238,10 @@
     if (lines.length > LOG_LINES) lines.splice(0, lines.length - LOG_LINES);
     state.logLines += msg.lines.length;
     const option = logSource.querySelector(`option[value="${msg.rank}"]`);
-    if (option && msg.lines.some((l) => FAILURE.test(l))) option.textContent = msg.rank + " · failing";
+    if (option && !option.dataset.failing && msg.lines.some((l) => FAILURE.test(l))) {
+      option.dataset.failing = "1";
+      option.textContent += " · failing";
+    }
     if (msg.rank === logSource.value) showLog();
   }
   function showLog() {
