@@ -315,11 +315,15 @@ def logs(
 
     ``--json`` prints the API's answer (lines and the byte offset to read on from).
     """
-    from controlplane.cli.follow import follow_logs
+    from controlplane.cli.follow import follow_logs, retrying
 
     session = api()
     path = f"/api/v1/jobs/{job}/logs/"
-    first = session.get(path, rank=rank, stream=stream, lines=lines)
+
+    def tail() -> Any:
+        return session.get(path, rank=rank, stream=stream, lines=lines)
+
+    first = retrying(tail) if follow else tail()  # -f rides out a restarting server
     if as_json:
         return print_json(first)
     for line in first["lines"]:
