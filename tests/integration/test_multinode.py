@@ -301,3 +301,29 @@ def test_a_node_s_worker_shutting_down_requeues_the_whole_run_at_a_checkpoint(cl
         job_cancel(job=Job.objects.get(pk=job.pk), actor=None)
     assert finished(job.pk, timeout=120).status == "cancelled"
     cluster.wait_for_nodes()  # the stack starts the worker again
+
+
+def test_a_rank_killed_on_another_node_restarts_the_whole_run_from_its_checkpoint(cluster, vision):
+    steps = 40
+    job = admit(
+        cluster, vision, name="follower-rank-kill", nodes=[("n1", [0, 1]), ("n2", [2, 3])],
+        steps=steps, max_restarts=2,
+    )  # fmt: skip
+    wait_until(trained_to(job.pk, 9), 180, "the job to train past a checkpoint", interval=0.5)
+    pgid_file = cluster.live.jobs_dir / f"job-{job.pk}" / "torchrun.node1.pgid"
+    follower_torchrun = int(pgid_file.read_text())
+    assert set(faults.rank_pids(follower_torchrun)) == {2, 3}  # n2 runs global ranks 2 and 3
+    faults.kill_rank(follower_torchrun, rank=3)
+
+    restarting = wait_until(
+        lambda: Job.objects.get(pk=job.pk).events.filter(to_status="restarting").first(),
+        90,
+        "the whole run to restart",
+    )
+    assert "rank 3 killed by SIGKILL" in restarting.reason, restarting.reason
+    done = finished(job.pk)
+    assert done.status == "succeeded", done.status_reason
+    path = path_of(job.pk)
+    assert path.index("restarting") < len(path) - 1 - path[::-1].index("running"), path
+    assert done.resumed_from_step is not None and done.resumed_from_step >= 4
+    assert max(losses(job.pk)) == steps
