@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from controlplane import devstack
+from tests.faults import wait_until
 from workers.supervisor.process import cmdline, descendants, parent_pid, pid_alive
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -120,7 +121,7 @@ def test_make_up_restarts_a_killed_service_and_ctrl_c_stops_all_it_started(tmp_p
         lines.wait_for("devstack: redis exited with code -9; restarting in 1 s", timeout=30)
         lines.wait_for("devstack: redis restarted (pid ", timeout=30)
         url = environ_of(services["asgi"])["REDIS_URL"]
-        wait_until(lambda: _pings(url), timeout=30)
+        wait_until(lambda: _pings(url), 30, "the restarted Redis to answer")
         assert pid_alive(services["worker"]) and pid_alive(services["asgi"])
 
         os.kill(up.pid, signal.SIGINT)  # Ctrl-C
@@ -276,10 +277,3 @@ def _pings(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
     except redis.RedisError:
         return False
-
-
-def wait_until(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
