@@ -12,6 +12,7 @@ import pytest
 
 from controlplane import devstack
 from controlplane.jobs.models import Job
+from tests.faults import wait_until
 
 from ..conftest import PASSWORD
 from .conftest import _database_url
@@ -29,11 +30,8 @@ def start_asgi(port: int, env: dict[str, str], log) -> subprocess.Popen:
     return proc
 
 
-def wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
+def trained_past(job_id: int, step: int):
+    return lambda: (Job.objects.get(pk=job_id).last_step or 0) > step
 
 
 def test_watch_and_log_follow_ride_out_a_killed_server(live, alice, tmp_path):
@@ -65,13 +63,13 @@ def test_watch_and_log_follow_ride_out_a_killed_server(live, alice, tmp_path):
             [SYNCLANE, "watch", str(job_id)], env=cli_env, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        wait_for(lambda: (Job.objects.get(pk=job_id).last_step or 0) > 5, timeout=120)
+        wait_until(trained_past(job_id, 5), 120, "the job to train")
         followed_file = tmp_path / "followed.txt"
         follower = subprocess.Popen(
             [SYNCLANE, "logs", str(job_id), "-f", "--lines", "1000", "--interval", "0.3"],
             env=cli_env, stdout=followed_file.open("w"), stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        wait_for(lambda: followed_file.read_text().strip(), timeout=60)  # it is following
+        wait_until(lambda: followed_file.read_text().strip(), 60, "the follow to print")
 
         lines_at_kill = len(rank0_log())
         step_at_kill = Job.objects.get(pk=job_id).last_step or 0
@@ -82,7 +80,7 @@ def test_watch_and_log_follow_ride_out_a_killed_server(live, alice, tmp_path):
         step_before_cancel = Job.objects.get(pk=job_id).last_step or 0
         time.sleep(3)  # the watch reconnects (backoff 0.5 s, 1 s, 2 s, …)
         # rank 0 prints every 10 steps: lines the follow can only read after the restart
-        wait_for(lambda: (Job.objects.get(pk=job_id).last_step or 0) > step_at_kill + 20, 120)
+        wait_until(trained_past(job_id, step_at_kill + 20), 120, "steps after the restart")
         live.request("POST", f"/api/v1/jobs/{job_id}/cancel/", token=token)
         out, err = watcher.communicate(timeout=120)
         follow_err = follower.communicate(timeout=120)[1]
