@@ -7,7 +7,10 @@
 #
 # train and equal (full == plain DDP, bit for bit) run in both set-ups, throttle (paced
 # all-reduces reach the emulated link's rate) on two ranks (at world size 1 nothing crosses a
-# link): five torchrun launches of tests/gpu/device_check.py.
+# link): five torchrun launches of tests/gpu/device_check.py. Then the model zoo
+# (tests/runtime/zoo_checks.py) in both set-ups, judged as tests/runtime/test_zoo.py judges
+# it: on a GPU its representative subset plus clipping, checkpoint and bf16 under every
+# strategy; in the CPU dry run one small case, to prove the plumbing.
 # Prints one summary line; exits 1 if any check failed (with the failed launches' log tails).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,9 +37,32 @@ for setup in "1 $single" "2 gloo"; do
   done
 done
 
+cases="$("$PY" - "$device" <<'PYEOF'
+import json, sys
+sys.path.insert(0, "tests/runtime")
+from test_zoo import STRATEGIES, SUBSET
+every = STRATEGIES
+extra = [["transformer", "clip", False, every], ["rnn_lm", "checkpoint", True, every],
+         ["convnet", "bf16", False, every], ["bn_mlp", "no_sync", True, every]]
+small = [["bn_mlp", "clip", False, ["plain", "full", "adaptive"]]]
+print(json.dumps(SUBSET + extra if sys.argv[1] == "cuda" else small))
+PYEOF
+)"
+for setup in "1 $single" "2 gloo"; do
+  read -r world backend <<<"$setup"
+  name="zoo-$backend-$world"
+  ZOO_DEVICE="$device" ZOO_BACKEND="$backend" timeout 300 "$PY" -m torch.distributed.run \
+    --standalone --nnodes=1 --nproc-per-node="$world" tests/runtime/zoo_checks.py \
+    "$out/$name.json" "$cases" >"$out/$name.log" 2>&1
+  echo "$?" >"$out/$name.rc"
+done
+
 "$PY" - "$out" "$device" <<'PYEOF'
 import json, sys
 from pathlib import Path
+
+sys.path.insert(0, "tests/runtime")
+from test_zoo import assert_promises_hold
 
 out, device = Path(sys.argv[1]), sys.argv[2]
 parts, failed = [], []
@@ -44,9 +70,19 @@ for rc_file in sorted(out.glob("*.rc")):
     name = rc_file.stem
     result_file = out / f"{name}.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if name.startswith("zoo-") and isinstance(result, list):  # one row per case
+        try:
+            assert_promises_hold(result)
+            result = {"ok": True, "runs": sum(len(case["runs"]) for case in result)}
+        except AssertionError as broken:
+            result = {"ok": False, "broken": repr(broken)[:500]}
     ok = rc_file.read_text().strip() == "0" and result.get("ok") is True
     figure = ""
-    if "achieved_over_link" in result:
+    if "runs" in result:
+        figure = f" {result['runs']} runs"
+    elif "broken" in result:
+        figure = f" {result['broken']}"
+    elif "achieved_over_link" in result:
         figure = f" {result['achieved_over_link']:.2f}x"
     elif "max_abs_diff" in result:
         figure = f" diff {result['max_abs_diff']:g}"
@@ -55,6 +91,8 @@ for rc_file in sorted(out.glob("*.rc")):
         failed.append(name)
 print(f"device_check {device}: {len(parts) - len(failed)}/{len(parts)} ok | " + "; ".join(parts))
 for name in failed:
-    print(f"--- {name}.log (tail)\n" + (out / f"{name}.log").read_text(errors="replace")[-2000:])
-sys.exit(1 if failed or len(parts) != 5 else 0)
+    log = (out / f"{name}.log").read_text(errors="replace")
+    ranks = "\n".join(line for line in log.splitlines() if line.startswith("[rank"))
+    print(f"--- {name}.log (the ranks' last lines)\n" + (ranks or log)[-2000:])
+sys.exit(1 if failed or len(parts) != 7 else 0)
 PYEOF

@@ -26,6 +26,7 @@ def test_the_device_check_passes_its_dry_run_on_cpu_and_says_so_in_one_line() ->
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[0]
-    assert summary.startswith("device_check cpu: 5/5 ok | "), summary
+    assert summary.startswith("device_check cpu: 7/7 ok | "), summary
     for name in ("train-gloo-1", "equal-gloo-1", "train-gloo-2", "equal-gloo-2", "throttle-gloo-2"):
         assert f"{name} ok" in summary
+    assert "zoo-gloo-1 ok 3 runs" in summary and "zoo-gloo-2 ok 3 runs" in summary

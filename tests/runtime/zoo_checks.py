@@ -10,6 +10,10 @@ strategy promises about the replicas. Rank 0 writes one result per (case, strate
 OUT.json; tests/runtime/test_zoo.py asserts on them. Cases are grouped per launch to pay
 torchrun's and torch's start-up once.
 
+``ZOO_DEVICE=cuda`` and ``ZOO_BACKEND=nccl`` (defaults ``cpu`` and ``gloo``) run the same
+cases on a GPU (tests/gpu/device_check.sh): models, batches and autocast on
+``cuda:<local rank % GPUs>``, deterministic kernels so ``full`` can still equal plain DDP.
+
 Features: ``compile`` (torch.compile, aot_eager backend: dynamo, DDP's graph splitting and
 AOT autograd without a C++ toolchain), ``no_sync`` (2 micro-batches, the first under
 ``no_sync()``), ``bf16`` (CPU autocast), ``clip`` (``session.clip_grad_norm_``; torch's own
@@ -26,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -45,6 +50,8 @@ from workers.workloads.zoo import ZOO, ModelSpec
 
 STEPS = 6
 BATCH = 4
+DEVICE_KIND = os.environ.get("ZOO_DEVICE", "cpu")
+BACKEND = os.environ.get("ZOO_BACKEND", "gloo")
 CLIP = 0.5
 RESUME_AT = 3
 
@@ -79,7 +86,7 @@ class Run:
             feature,
             loss_inside,
         )
-        net = spec.build(loss_inside=loss_inside)
+        net = spec.build(loss_inside=loss_inside).to(device())
         options: dict[str, Any] = {}
         if feature == "find_unused":
             net.spare = nn.Linear(64, 64)  # registered, never used in forward
@@ -110,9 +117,9 @@ class Run:
         return self.ddp.session if isinstance(self.ddp, SynclaneDDP) else None
 
     def loss(self, step: int, micro: int) -> torch.Tensor:
-        x, y = self.spec.batch(dist.get_rank(), 2 * step + micro, BATCH)
+        x, y = on_device(self.spec.batch(dist.get_rank(), 2 * step + micro, BATCH))
         autocast = (
-            torch.autocast("cpu", dtype=torch.bfloat16)
+            torch.autocast(DEVICE_KIND, dtype=torch.bfloat16)
             if self.feature == "bf16"
             else contextlib.nullcontext()
         )
@@ -152,6 +159,16 @@ class Run:
             self.session.close()
 
 
+def device() -> torch.device:
+    if DEVICE_KIND == "cpu":
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+
+
+def on_device(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return pair[0].to(device()), pair[1].to(device())
+
+
 def equal_on_all_ranks(tensors: list[torch.Tensor]) -> bool:
     """Whether ``tensors`` are bit-identical to rank 0's on every rank."""
     flat = torch.cat([t.detach().reshape(-1).float() for t in tensors]) if tensors else None
@@ -159,7 +176,7 @@ def equal_on_all_ranks(tensors: list[torch.Tensor]) -> bool:
         return True
     reference = flat.clone()
     dist.broadcast(reference, 0)
-    same = torch.tensor([int(torch.equal(flat, reference))])
+    same = torch.tensor([int(torch.equal(flat, reference))], device=flat.device)
     dist.all_reduce(same, op=dist.ReduceOp.MIN)
     return bool(same.item())
 
@@ -232,7 +249,7 @@ def check_case(
         params = [q.detach().clone() for q in run.ddp.module.parameters()]
         digest = hashlib.sha256()
         for q in params:
-            digest.update(q.numpy().tobytes())
+            digest.update(q.cpu().numpy().tobytes())
         kind, tensors = promised(run)
         out: dict[str, Any] = {
             "losses": losses,
@@ -270,16 +287,20 @@ def check_split_bound(model: str) -> dict[str, Any]:
     degraded link does) vs plain DDP, against the stated bound per element,
     ``2 (n - 1) 2^-24 sum_i |g_i / n|`` (fp32 sums of n addends in two different orders)."""
     spec, n = ZOO[model], dist.get_world_size()
-    x, y = spec.batch(dist.get_rank(), 1, BATCH)
+    x, y = on_device(spec.batch(dist.get_rank(), 1, BATCH))
 
     def grads(module: nn.Module) -> list[torch.Tensor]:
         module(x, y).backward()
         return [q.grad.detach().clone() for q in module.parameters() if q.grad is not None]
 
-    plain = grads(DistributedDataParallel(spec.build(loss_inside=True)))
-    absolute = torch.cat([g.abs().reshape(-1) for g in grads(spec.build(loss_inside=True))])
+    plain = grads(DistributedDataParallel(spec.build(loss_inside=True).to(device())))
+    absolute = torch.cat(
+        [g.abs().reshape(-1) for g in grads(spec.build(loss_inside=True).to(device()))]
+    )
     dist.all_reduce(absolute.div_(n))
-    model_ = wrap(spec.build(loss_inside=True), config=config("full", {"chunk_kb": 64}))
+    model_ = wrap(
+        spec.build(loss_inside=True).to(device()), config=config("full", {"chunk_kb": 64})
+    )
     model_.session.engine.whole_buckets = False  # as on a degraded link: 64 KB chunks
     split = grads(model_)
     model_.session.close()
@@ -294,8 +315,12 @@ def check_split_bound(model: str) -> dict[str, Any]:
 
 def main() -> None:
     out_path, cases = Path(sys.argv[1]), json.loads(sys.argv[2])
-    dist.init_process_group("gloo")
     torch.set_num_threads(1)
+    if DEVICE_KIND == "cuda":
+        torch.cuda.set_device(device())
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    dist.init_process_group(BACKEND)
     results = []
     for index, (model, feature, loss_inside, strategies, *rest) in enumerate(cases):
         if feature == "split_bound":

@@ -38,6 +38,7 @@ from torch import nn
 
 from workers.runtime import checkpoint_files as files
 from workers.runtime import protocol as p
+from workers.runtime.groups import flag_device
 from workers.runtime.health import LinkFailure
 from workers.runtime.reporter import Reporter
 from workers.runtime.session import SynclaneDDP
@@ -150,6 +151,7 @@ class Checkpointer:
         """
         flag = torch.tensor([1 if self.signum else 0], dtype=torch.int32)
         if dist.is_initialized():
+            flag = flag.to(flag_device())  # NCCL carries no CPU tensor
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 

@@ -35,6 +35,7 @@ from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, CommEngine
 from workers.runtime.faults import FaultSpec
+from workers.runtime.groups import new_group
 from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
@@ -366,13 +367,13 @@ def wrap(
     # The engine's own group: its thread's collectives never interleave with the main
     # thread's (gloo matches collectives by order per group). new_group is collective;
     # every rank calls wrap().
-    group = dist.new_group(ranks=ranks)
-    table_group = dist.new_group(ranks=ranks)
-    background_group = dist.new_group(ranks=ranks) if cfg.sync == p.SYNC_ADAPTIVE else None
+    group = new_group(ranks)
+    table_group = new_group(ranks)
+    background_group = new_group(ranks) if cfg.sync == p.SYNC_ADAPTIVE else None
     # Re-issue of late chunks needs a spare group, and an engine that is the only user of its
     # group: full and adaptive (torch's PowerSGD/local SGD hooks issue on it themselves).
     reissue = cfg.sync in (p.SYNC_FULL, p.SYNC_ADAPTIVE) and cfg.reissue_wait_s is not None
-    spare_group = dist.new_group(ranks=ranks) if reissue else None
+    spare_group = new_group(ranks) if reissue else None
     if reporter is None:
         reporter = Reporter.from_env(cfg)
     if allocation is None:

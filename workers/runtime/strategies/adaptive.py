@@ -458,7 +458,8 @@ class Adaptive(Strategy):
         )
         for name in scored[len(names) :]:  # promoted: measure from now on
             self.synced[name] = self.by_name[name].detach().reshape(-1).clone()
-        outgoing = torch.cat([*wire, moved.div_(self.world_size).to(wire[0].dtype)])
+        scores = moved.div_(self.world_size).to(wire[0].device, wire[0].dtype)
+        outgoing = torch.cat([*wire, scores])
         fut = self.background.submit(outgoing, flush=True)
         self._pending = _PendingAverage(fut, snapshot, base, names, scored, apply_at=step + lag)
         self.last_sync_step = step
