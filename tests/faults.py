@@ -39,6 +39,7 @@ import websockets
 
 from controlplane import devstack
 from controlplane.devstack import Stack
+from controlplane.lib.secret_key import ensure_key_file
 from workers.supervisor.process import cmdline, descendants, pid_alive
 
 WORKLOAD_MARK = "workers.workloads."
@@ -209,6 +210,7 @@ class FaultStack:
         ``nodes`` > 1 starts one worker per node (``devstack.LocalNode``).
         """
         workdir.mkdir(parents=True, exist_ok=True)
+        ensure_key_file(workdir)  # its settings read SYNCLANE_RUN_DIR/secret_key, as `make up`'s
         redis = RedisServer.start(workdir)
         env = {
             **os.environ,
