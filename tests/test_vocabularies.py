@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from controlplane import scheduling as core
 from controlplane.jobs.choices import DEFAULT_QUEUE_POLICY, PriorityClass, QueuePolicy, SyncStrategy
+from controlplane.dashboard import charts
 from controlplane.jobs.models import Queue
 from controlplane.telemetry.models import AlarmKind
 from workers.runtime import protocol
@@ -37,3 +41,34 @@ def test_queue_policies_are_the_scheduling_cores_with_one_default() -> None:
 def test_trace_files_may_use_kueues_names_for_queue_policies() -> None:
     assert core.QueuePolicy("StrictFIFO") is core.QueuePolicy.STRICT_FIFO
     assert core.QueuePolicy("BestEffortFIFO") is core.QueuePolicy.BEST_EFFORT_FIFO
+
+
+REPORTED = set(
+    protocol.WORKLOAD_FIGURES
+    + protocol.COMM_FIGURES
+    + protocol.LINK_FIGURES
+    + protocol.STRATEGY_FIGURES
+)
+JOB_JS = Path(charts.__file__).parent / "static" / "synclane" / "job.js"
+
+
+def test_the_job_pages_metrics_are_figures_a_run_reports_or_derived_from_them() -> None:
+    assert set(charts.JOB_METRICS) <= REPORTED | set(charts.DERIVED)
+    assert not set(charts.DERIVED) & REPORTED
+
+
+def test_derive_reads_reported_figures_and_adds_exactly_the_derived_ones() -> None:
+    source = Path(charts.__file__).read_text()
+    body = source[source.index("def derive(") : source.index("def line_figure(")]
+    read = set(re.findall(r'data\.get\("(\w+)"\)', body))
+    assert read and read <= REPORTED, read - REPORTED
+    everything = {name: 1.0 for name in read}
+    assert set(charts.derive(everything)) - set(everything) == set(charts.DERIVED)
+
+
+def test_the_pages_script_derives_the_same_figures_from_the_same_names() -> None:
+    script = JOB_JS.read_text()
+    body = script[script.index("function derive(") : script.index("return out;")]
+    read = set(re.findall(r"\bd\.(\w+)", body))
+    assert read and read <= REPORTED, read - REPORTED
+    assert set(re.findall(r"\bout\.(\w+)\s*=", body)) == set(charts.DERIVED)

@@ -15,7 +15,10 @@ from typing import Any
 Series = Mapping[str, Sequence[Any]]
 Figure = dict[str, Any]
 
-# Metrics the job page keeps a history of (reported names and the derived ones below).
+# Figures ``derive`` adds to what a run reports (job.js ``derive`` adds the same).
+DERIVED = ("compute_time_s", "allocation_mbps", "achieved_mbps")
+# Metrics the job page keeps a history of: reported names (the runtime protocol's
+# WORKLOAD_FIGURES and session figures; tests/test_vocabularies.py ties them) and DERIVED.
 JOB_METRICS = (
     "loss",
     "val_loss",

@@ -90,6 +90,17 @@ ALARM_STRAGGLER: Final = "straggler"
 ALARM_KINDS: Final = (ALARM_SYNC_DRIFT, ALARM_LINK_DEGRADED, ALARM_STRAGGLER)
 ALARM_STATES: Final = ("raised", "cleared")
 
+# Per-step figures a workload reports beside the session's (the built-ins do; a tenant's
+# script may): the dashboard draws these and the figures derived from them.
+WORKLOAD_FIGURES: Final = (
+    "loss",
+    "val_loss",
+    "samples_per_s",
+    "tokens_per_s",
+    "step_time_s",
+    "allocation_bps",
+)
+
 # Per-step figures of the runtime's session (SyncSession.pop_step_stats): the communication
 # counters, the link monitor's figures, and the strategy's (adaptive reports all of these,
 # localsgd only sync_period). A workload forwards the last two groups and busbw_bps in its
