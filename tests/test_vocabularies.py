@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from controlplane import scheduling as core
-from controlplane.jobs.choices import DEFAULT_QUEUE_POLICY, PriorityClass, QueuePolicy, SyncStrategy
 from controlplane.dashboard import charts
+from controlplane.jobs.choices import DEFAULT_QUEUE_POLICY, PriorityClass, QueuePolicy, SyncStrategy
 from controlplane.jobs.models import Queue
 from controlplane.telemetry.models import AlarmKind
 from workers.runtime import protocol
