@@ -155,8 +155,13 @@ class Queues:
     def pending_count(self) -> int:
         return sum(len(q) for q in self.queues.values()) + len(self.in_backoff)
 
-    def _freed(self, tenant: str) -> None:
-        self.dirty.add(tenant)
+    def _freed(self, *tenants: str) -> None:
+        """Jobs of ``tenants`` released what they held: mark who may now fit as dirty.
+
+        One sweep for any number of tenants (a decision's victims are freed together: the
+        ledger already holds all their releases, so one sweep marks what one per victim would).
+        """
+        self.dirty.update(tenants)
         ledger = self.ledger
         free = [c - u for c, u in zip(ledger.capacity, ledger.used, strict=True)]
         for name, need in list(self.on_cluster.items()):
@@ -164,10 +169,9 @@ class Queues:
             # of inf stands for a resource the tenant did not wait on.)
             if any(n < math.inf and n <= f + EPSILON for n, f in zip(need, free, strict=True)):
                 self.dirty.add(name)
-        cohort = self.ledger.account(tenant).cohort
-        if cohort is not None:
-            peers = self.on_cohort & {n for n, a in ledger.accounts.items() if a.cohort == cohort}
-            self.dirty.update(peers)
+        cohorts = {ledger.account(tenant).cohort for tenant in tenants} - {None}
+        if cohorts and self.on_cohort:
+            self.dirty.update(n for n in self.on_cohort if ledger.account(n).cohort in cohorts)
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -204,8 +208,9 @@ class Queues:
             self.running[job.id] = job.started(now, admission.placement)
         for victim in outcome.victims:
             self.running.pop(victim.id)  # the preemptor has removed it from the ledger
-            self._freed(victim.tenant)
             self.submit(victim.requeued(now), now)
+        if outcome.victims:
+            self._freed(*{victim.tenant for victim in outcome.victims})
         if preemptor is not None:
             self.recheck_at = min(self.recheck_at, preemptor.protection_ends)
 
@@ -355,10 +360,17 @@ class _Pass:
     def _may_reclaim(self, job: JobRequest, account: Account) -> None:
         """A job refused after a peer borrowed in this pass may reclaim from that peer at the
         next decision (the preemptor sees only jobs running before the pass): look at its
-        tenant again then, if it would stay within its nominal quota (reclaim's condition)."""
+        tenant again then, if it would stay within its nominal quota (reclaim's condition).
+        So may a job refused for want of cohort or cluster room: a peer's reclaim at the next
+        decision frees room it may fit in (as ``_wake_cohort`` wakes those refused before the
+        peer borrowed; a decision from scratch looks at them too)."""
         cohort = account.cohort
-        if cohort in self.borrowing and account.within_nominal_with(job):
-            self.state.dirty.add(job.tenant)
+        if cohort not in self.borrowing:
+            return
+        state = self.state
+        waits_for_room = job.tenant in state.on_cohort or job.tenant in state.on_cluster
+        if waits_for_room or account.within_nominal_with(job):
+            state.dirty.add(job.tenant)
 
     def _wait_on_cluster(self, job: JobRequest, code: WaitCode) -> None:
         need = self.state.on_cluster.setdefault(job.tenant, [math.inf, math.inf])

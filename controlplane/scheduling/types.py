@@ -375,7 +375,11 @@ class JobRequest:
 
 
 def _request_fields(job: JobRequest) -> dict[str, Any]:
-    return {f.name: getattr(job, f.name) for f in fields(JobRequest)}
+    return {name: getattr(job, name) for name in _REQUEST_FIELD_NAMES}
+
+
+# A decision turns hundreds of requests into running jobs and back: look the names up once.
+_REQUEST_FIELD_NAMES = tuple(f.name for f in fields(JobRequest))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -123,6 +123,33 @@ def test_one_shot_reasons_say_when_a_classical_queue_has_used_its_turn() -> None
 # --- incremental == from scratch ---------------------------------------------------------------
 
 
+def test_a_reclaim_lets_in_a_cohort_peer_that_waited_for_room_beyond_its_quota() -> None:
+    """Found by the property below: vision borrows the whole cohort; speech (within its
+    quota) and rl (quota 0, so only by borrowing) wait for room. At the next decision speech
+    reclaims, and the room it frees lets rl in too, as a decision from scratch admits."""
+    tenants = [
+        tenant("vision", slots=3, cohort="lab"),
+        tenant("speech", slots=4, cohort="lab"),
+        tenant("rl", slots=0, cohort="lab"),
+    ]
+    queues = Queues(CLUSTER, tenants)
+    # Ids in this order give vision the first turn among equal shares.
+    for job_ in (job("1-v", "vision", 7), job("2-s", "speech", 1), job("3-r", "rl", 1)):
+        queues.submit(job_)
+    assert [j.id for j in queues.decide(0.0).admitted] == ["1-v"]
+    snap = Snapshot(
+        cluster=CLUSTER,
+        tenants=tenants,
+        pending=[j for q in queues.queues.values() for j in q.jobs()],
+        running=list(queues.running.values()),
+    )
+    expected = schedule(snap, 10.0)
+    outcome = queues.decide(10.0)
+    assert sorted(a.job_id for a in expected.admissions) == ["2-s", "3-r"]
+    assert sorted(j.id for j in outcome.admitted) == ["2-s", "3-r"]
+    assert [v.id for v in outcome.victims] == ["1-v"]
+
+
 @EXAMPLES
 @given(tenant_lists(), st.data())
 def test_incremental_decisions_admit_what_a_decision_from_scratch_admits(
