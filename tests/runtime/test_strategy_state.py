@@ -55,7 +55,7 @@ def run(script: Path, run_dir: Path, steps: int, sync: str) -> dict[str, dict]:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("sync", ["localsgd", "adaptive"])
+@pytest.mark.parametrize("sync", ["localsgd", "adaptive", "powersgd"])
 def test_a_resumed_run_continues_with_the_strategy_state_it_saved(tmp_path: Path, sync: str):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -32,10 +32,24 @@ class PowerSGD(Strategy):
             start_powerSGD_iter=max(2, config.warmup_steps),
             random_seed=0,
         )
+        self.powersgd = inner
         self.state: PacedTorchHookState = PacedTorchHookState(engine=engine, inner=inner)
 
     def register(self, ddp: DistributedDataParallel) -> None:
         ddp.register_comm_hook(self.state, paced_torch_hook)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hook's step counter: a resumed run does not repeat the whole warm-up."""
+        return {"hook_iter": self.powersgd.iter}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on counting from the saved step, with two plain all-reduces first: a new DDP
+        rebuilds its buckets after its first step, and the hook's per-bucket error feedback
+        and warm-start factors (not saved: per rank, and shaped by those buckets) must be
+        made on the rebuilt ones (torch asks ``start_powerSGD_iter`` >= 2 for the same reason)."""
+        inner = self.powersgd
+        inner.iter = int(state["hook_iter"])
+        inner.start_powerSGD_iter = max(inner.start_powerSGD_iter, inner.iter + 2)
 
 
 class LocalSGD(Strategy):
