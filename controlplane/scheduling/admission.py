@@ -215,6 +215,9 @@ class Queues:
             self.recheck_at = min(self.recheck_at, preemptor.protection_ends)
 
 
+TurnKey = tuple[float, float, int, float, str]
+
+
 class _Pass:
     """One decision's turns over the dirty tenants."""
 
@@ -234,6 +237,7 @@ class _Pass:
         self.blocked: dict[str, JobRequest] = {}  # StrictFIFO tenants stopped by their head
         self.done: set[str] = set()  # classical tenants that admitted their one job
         self.heap: list[tuple[float, float, int, float, str, str, int]] = []
+        self.current: TurnKey = (-math.inf, -math.inf, 0, -math.inf, "")  # the turn being taken
         self.version = dict.fromkeys(tenants, 0)
         self.borrowing: set[str] = set()  # cohorts in which an admission of this pass borrows
 
@@ -241,8 +245,10 @@ class _Pass:
         for tenant in self.tenants:
             self._enter(tenant)
         while self.heap:
-            *_, tenant, version = heapq.heappop(self.heap)
+            entry = heapq.heappop(self.heap)
+            tenant, version = entry[5], entry[6]
             if version == self.version[tenant]:
+                self.current = entry[:5]
                 self._turn(tenant)
         return self.outcome
 
@@ -279,16 +285,34 @@ class _Pass:
         head = self._next(tenant)
         if head is None:
             return
+        self.version[tenant] += 1
+        heapq.heappush(self.heap, (*self._key(tenant, head), tenant, self.version[tenant]))
+
+    def _key(self, tenant: str, head: JobRequest) -> TurnKey:
+        """Where ``tenant``'s turn for ``head`` comes in this pass: by its cohort's order (fair
+        share, or non-borrowing first), then priority, submission and id."""
         account = self.ledger.account(tenant)
         if self.state.options.order(account.cohort) is AdmissionOrder.CLASSICAL:
             slots = account.dims[SLOTS]
-            borrows = float(slots.used + head.slots > slots.nominal)
-            first, second = borrows, 0.0
+            first, second = float(slots.used + head.slots > slots.nominal), 0.0
         else:
             first, second = share(account, self.ledger)
-        self.version[tenant] += 1
-        key = (first, second, -head.priority, head.submit_time, head.id)
-        heapq.heappush(self.heap, (*key, tenant, self.version[tenant]))
+        return (first, second, -head.priority, head.submit_time, head.id)
+
+    def _room_freed(self, victims: list[RunningJob]) -> None:
+        """Victims freed room in the middle of this pass. A tenant not in the pass that waits
+        for cohort or cluster room joins it if a decision from scratch would give it its turn
+        after this one (one whose turn came earlier had it with no more room, and failed)."""
+        state, ledger = self.state, self.ledger
+        cohorts = {ledger.account(v.tenant).cohort for v in victims} - {None}
+        waiting = set(state.on_cluster)
+        waiting.update(n for n in state.on_cohort if ledger.account(n).cohort in cohorts)
+        for name in sorted(waiting - self.version.keys()):
+            queue = state.queues.get(name)
+            heads = queue.class_heads() if queue else []
+            head = queue.head(heads[0][1]) if queue and heads else None
+            if head is not None and self._key(name, head) > self.current:
+                self._enter(name)
 
     def _reshare(self, tenant: str) -> None:
         """A reclaim took jobs of ``tenant``: its share fell, so it may be served sooner, and
@@ -408,6 +432,8 @@ class _Pass:
             self._reshare(peer)
         for victim in victims:
             self._record_victim(victim, job, account.cohort)
+        if victims:
+            self._room_freed(victims)
 
     def _wake_cohort(self, cohort: str) -> None:
         """A peer borrows now: members refused for want of cohort or cluster room may reclaim

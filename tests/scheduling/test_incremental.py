@@ -150,6 +150,36 @@ def test_a_reclaim_lets_in_a_cohort_peer_that_waited_for_room_beyond_its_quota()
     assert [v.id for v in outcome.victims] == ["1-v"]
 
 
+def test_room_a_preemption_frees_mid_decision_reaches_a_peer_whose_turn_comes_later() -> None:
+    """Found by the property below: nlp's new high-priority job preempts nlp's own older job
+    (its bandwidth quota), which frees cohort room; vision, waiting for that room and served
+    after nlp by fair share, gets it in the same decision, as a decision from scratch does."""
+    tenants = [
+        tenant("vision", slots=4, gbps=0, cohort="lab"),
+        tenant("nlp", slots=6, gbps=3, cohort="lab"),
+        tenant("speech", slots=1, gbps=0, cohort="lab"),
+    ]
+    queues = Queues(CLUSTER, tenants)
+    queues.submit(job("1-v", "vision", 8))
+    queues.submit(job("2-n", "nlp", 3, priority=100, bandwidth_floor_bps=0.5e9))
+    assert sorted(j.id for j in queues.decide(0.0).admitted) == ["1-v", "2-n"]
+    queues.submit(job("3-v", "vision", 1))
+    queues.submit(job("4-v", "vision", 1))
+    assert queues.decide(10.0).admitted == []  # the cohort is full
+    queues.submit(job("5-n", "nlp", 1, priority=200, bandwidth_floor_bps=3e9))
+    snap = Snapshot(
+        cluster=CLUSTER,
+        tenants=tenants,
+        pending=[j for q in queues.queues.values() for j in q.jobs()],
+        running=list(queues.running.values()),
+    )
+    expected = schedule(snap, 20.0)
+    outcome = queues.decide(20.0)
+    assert sorted(a.job_id for a in expected.admissions) == ["3-v", "4-v", "5-n"]
+    assert sorted(j.id for j in outcome.admitted) == ["3-v", "4-v", "5-n"]
+    assert [v.id for v in outcome.victims] == ["2-n"]
+
+
 @EXAMPLES
 @given(tenant_lists(), st.data())
 def test_incremental_decisions_admit_what_a_decision_from_scratch_admits(
