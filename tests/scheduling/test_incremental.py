@@ -123,6 +123,20 @@ def test_one_shot_reasons_say_when_a_classical_queue_has_used_its_turn() -> None
 # --- incremental == from scratch ---------------------------------------------------------------
 
 
+def from_scratch(
+    queues: Queues, tenants: list[TenantQuota], now: float, options: Options | None = None
+) -> Any:
+    """What schedule() decides over the same jobs as ``queues`` (every tenant looked at)."""
+    snap = Snapshot(
+        cluster=CLUSTER,
+        tenants=tenants,
+        pending=[j for q in queues.queues.values() for j in q.jobs()],
+        running=list(queues.running.values()),
+        options=options or Options(),
+    )
+    return schedule(snap, now)
+
+
 def test_a_reclaim_lets_in_a_cohort_peer_that_waited_for_room_beyond_its_quota() -> None:
     """Found by the property below: vision borrows the whole cohort; speech (within its
     quota) and rl (quota 0, so only by borrowing) wait for room. At the next decision speech
@@ -137,13 +151,7 @@ def test_a_reclaim_lets_in_a_cohort_peer_that_waited_for_room_beyond_its_quota()
     for job_ in (job("1-v", "vision", 7), job("2-s", "speech", 1), job("3-r", "rl", 1)):
         queues.submit(job_)
     assert [j.id for j in queues.decide(0.0).admitted] == ["1-v"]
-    snap = Snapshot(
-        cluster=CLUSTER,
-        tenants=tenants,
-        pending=[j for q in queues.queues.values() for j in q.jobs()],
-        running=list(queues.running.values()),
-    )
-    expected = schedule(snap, 10.0)
+    expected = from_scratch(queues, tenants, 10.0)
     outcome = queues.decide(10.0)
     assert sorted(a.job_id for a in expected.admissions) == ["2-s", "3-r"]
     assert sorted(j.id for j in outcome.admitted) == ["2-s", "3-r"]
@@ -167,13 +175,7 @@ def test_room_a_preemption_frees_mid_decision_reaches_a_peer_whose_turn_comes_la
     queues.submit(job("4-v", "vision", 1))
     assert queues.decide(10.0).admitted == []  # the cohort is full
     queues.submit(job("5-n", "nlp", 1, priority=200, bandwidth_floor_bps=3e9))
-    snap = Snapshot(
-        cluster=CLUSTER,
-        tenants=tenants,
-        pending=[j for q in queues.queues.values() for j in q.jobs()],
-        running=list(queues.running.values()),
-    )
-    expected = schedule(snap, 20.0)
+    expected = from_scratch(queues, tenants, 20.0)
     outcome = queues.decide(20.0)
     assert sorted(a.job_id for a in expected.admissions) == ["3-v", "4-v", "5-n"]
     assert sorted(j.id for j in outcome.admitted) == ["3-v", "4-v", "5-n"]
@@ -193,14 +195,7 @@ def test_incremental_decisions_admit_what_a_decision_from_scratch_admits(
         now = 10.0 * round_
         for arrival in data.draw(job_lists(tenants, f"r{round_}-", max_size=6)):
             queues.submit(arrival, now)
-        snap = Snapshot(
-            cluster=CLUSTER,
-            tenants=tenants,
-            pending=[j for q in queues.queues.values() for j in q.jobs()],
-            running=list(queues.running.values()),
-            options=options,
-        )
-        expected = schedule(snap, now)
+        expected = from_scratch(queues, tenants, now, options)
         outcome = queues.decide(now)
         assert sorted(j.id for j in outcome.admitted) == sorted(
             a.job_id for a in expected.admissions
