@@ -169,9 +169,15 @@ class Queues:
             # of inf stands for a resource the tenant did not wait on.)
             if any(n < math.inf and n <= f + EPSILON for n, f in zip(need, free, strict=True)):
                 self.dirty.add(name)
+        self.dirty.update(self.waiting_in_cohorts_of(tenants))
+
+    def waiting_in_cohorts_of(self, tenants: Iterable[str]) -> set[str]:
+        """Tenants refused for want of cohort room in a cohort of one of ``tenants``."""
+        ledger = self.ledger
         cohorts = {ledger.account(tenant).cohort for tenant in tenants} - {None}
-        if cohorts and self.on_cohort:
-            self.dirty.update(n for n in self.on_cohort if ledger.account(n).cohort in cohorts)
+        if not cohorts:
+            return set()
+        return {n for n in self.on_cohort if ledger.account(n).cohort in cohorts}
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -303,10 +309,8 @@ class _Pass:
         """Victims freed room in the middle of this pass. A tenant not in the pass that waits
         for cohort or cluster room joins it if a decision from scratch would give it its turn
         after this one (one whose turn came earlier had it with no more room, and failed)."""
-        state, ledger = self.state, self.ledger
-        cohorts = {ledger.account(v.tenant).cohort for v in victims} - {None}
-        waiting = set(state.on_cluster)
-        waiting.update(n for n in state.on_cohort if ledger.account(n).cohort in cohorts)
+        state = self.state
+        waiting = set(state.on_cluster) | state.waiting_in_cohorts_of(v.tenant for v in victims)
         for name in sorted(waiting - self.version.keys()):
             queue = state.queues.get(name)
             heads = queue.class_heads() if queue else []
