@@ -359,8 +359,8 @@ class Simulation:
             candidates.append(self.arrivals[-1].arrival)
         if self.changes:
             candidates.append(self.changes[-1][0])
-        if self.again:
-            candidates.append(self.now)
+        if self.again:  # the next decision, once this one's latency has passed
+            candidates.append(max(self.now, self.busy_until))
         wakeup = self.queues.next_wakeup()
         if wakeup < math.inf:
             candidates.append(wakeup)

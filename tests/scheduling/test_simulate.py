@@ -154,3 +154,36 @@ def test_a_replay_is_deterministic() -> None:
         return {k: v for k, v in simulate.run(trace).as_dict().items() if k not in timing}
 
     assert replay() == replay()
+
+
+@pytest.mark.timeout(30)
+def test_decision_latency_spaces_a_classical_cohorts_admissions() -> None:
+    # A classical cohort admits at most one head per queue per decision, so four jobs of one
+    # queue need four decisions; each decision takes 0.5 s of simulated time, so the fourth
+    # admission comes 1.5 s after the first, and its work starts when that decision ends,
+    # at 2.0 s. (This replay never ended once: a decision that
+    # left more to admit asked for the next one at once, inside the latency of its own.)
+    jobs = [
+        {
+            "id": f"j{n}",
+            "tenant": "vision",
+            "arrival": 0,
+            "slots": 1,
+            "duration": 10,
+            "comm_fraction": 0,
+        }
+        for n in range(4)
+    ]
+    raw = {
+        "cluster": {"slots": 8, "fabric_mbps": 1000},
+        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000, "cohort": "c"}],
+        "jobs": jobs,
+        "options": {"cohort_order": {"c": "Classical"}},
+        "checkpoint_s": 5,
+    }
+    instant = simulate.run(simulate.load(raw))
+    charged = simulate.run(simulate.load(raw), decision_latency_s=0.5)
+    assert instant.time_to_first_admission_ms["p99"] == 0
+    assert charged.completed == 4
+    assert charged.time_to_first_admission_ms["p99"] == pytest.approx(1500)
+    assert charged.wall_s == pytest.approx(12.0)
