@@ -97,7 +97,11 @@ def tenant_storage_bytes(tenant: Tenant) -> int:
     live = jobs.filter(artifact_bytes__isnull=True).exclude(
         status=JobStatus.QUEUED, admitted_at__isnull=True
     )
-    walked = sum(artifacts.folder_bytes(job.run_dir) for job in live.only("pk"))
+    # Ids, not model instances: instances from a related manager each re-read the deferred
+    # tenant_id (one query per live job) to link back to ``tenant``.
+    walked = sum(
+        artifacts.folder_bytes(artifacts.run_dir_of(pk)) for pk in live.values_list("pk", flat=True)
+    )
     bundles = CodeBundle.objects.filter(tenant=tenant).aggregate(total=Sum("size"))["total"]
     return ended + walked + (bundles or 0)
 

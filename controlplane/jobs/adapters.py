@@ -49,7 +49,9 @@ def cluster_capacity(
             fabric_bps=settings.SYNCLANE_NODE_FABRIC_MBPS * MBPS,
         )
     live = live_nodes(now)
-    held = slots_used_by_node(Job.objects.filter(status__in=ACTIVE, preempt_requested=False))
+    held: dict[str, int] = {}
+    if not include_cordoned and any(node.state != NodeState.READY for node in live):
+        held = slots_used_by_node(Job.objects.filter(status__in=ACTIVE, preempt_requested=False))
     slots, fabric = 0, 0
     for node in live:
         if include_cordoned or node.state == NodeState.READY:

@@ -40,6 +40,11 @@ class Listing:
     truncated: bool
 
 
+def run_dir_of(job_id: int) -> Path:
+    """The folder that holds job ``job_id``'s checkpoints and rank logs (``Job.run_dir``)."""
+    return Path(settings.SYNCLANE_JOBS_DIR) / f"job-{job_id}"
+
+
 def walk(run_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Yield (relative path, lstat) of every regular file under ``run_dir``; links are skipped."""
     stack = [(run_dir, "")]

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from controlplane.jobs import artifacts
 from controlplane.jobs.choices import (
     ACTIVE,
     DEFAULT_QUEUE_POLICY,
@@ -169,7 +170,7 @@ class Job(models.Model):
     @property
     def run_dir(self) -> Path:
         """The folder that holds this job's checkpoints and rank logs."""
-        return Path(settings.SYNCLANE_JOBS_DIR) / f"job-{self.pk}"
+        return artifacts.run_dir_of(self.pk)
 
     @property
     def wall_seconds(self) -> float | None:

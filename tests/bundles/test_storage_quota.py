@@ -137,3 +137,21 @@ def test_a_form_upload_over_the_quota_is_a_400_on_the_form_and_writes_nothing(
         0,
         [],
     )
+
+
+def test_counting_a_tenants_storage_takes_the_same_queries_however_many_jobs_run(
+    settings, tmp_path, vision, alice, django_assert_num_queries
+):
+    # A submit counts the tenant's storage: the folders of its live jobs are walked, and
+    # reading them must not cost a query per job (it once did: 16 running jobs made every
+    # submit 16 queries slower).
+    settings.SYNCLANE_JOBS_DIR = tmp_path / "jobs"
+    spec = JobSpec(name="a", workload="tiny_gpt", world_size=1, steps=5)
+    for count in (1, 6):
+        while Job.objects.filter(tenant=vision, status=JobStatus.RUNNING).count() < count:
+            job = job_submit(tenant=vision, spec=spec, actor=alice)
+            Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
+            job.run_dir.mkdir(parents=True)
+            (job.run_dir / "rank0.log").write_bytes(b"x" * 100)
+        with django_assert_num_queries(3):  # ended jobs' sizes, live job ids, bundles
+            assert tenant_storage_bytes(vision) == 100 * count
