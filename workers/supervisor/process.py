@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import time
@@ -65,6 +66,29 @@ def spawn(
     with os.fdopen(fd, "w") as pgid_file:
         pgid_file.write(str(proc.pid))
     return proc
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """Wait up to ``timeout`` seconds for ``proc`` to end; return its exit code, or None.
+
+    Wakes at the exit itself (it polls a pidfd for the child), not at the end of a sleep, so
+    a run that ends frees its slot at once, and a long run costs no wake-ups in between.
+    Where pidfds are missing (not Linux) it sleeps ``timeout`` instead.
+    """
+    if (code := proc.poll()) is not None:
+        return code
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        time.sleep(timeout)
+        return proc.poll()
+    try:
+        waiter = select.poll()
+        waiter.register(fd, select.POLLIN)
+        waiter.poll(max(0, int(timeout * 1000)))
+    finally:
+        os.close(fd)
+    return proc.poll()
 
 
 def descendants(pid: int) -> list[int]:

@@ -596,7 +596,8 @@ def _watch(
                 crew.stop(verdict[2])
                 _terminate(proc, sup)
                 return Outcome(*verdict)
-        time.sleep(POLL_S)
+        # Until the next beat, or the run's end, whichever comes first.
+        process.wait_exit(proc, max(0.0, next_beat - time.monotonic()))
 
 
 def _terminate(proc: subprocess.Popen[bytes], sup: Supervision) -> int:
