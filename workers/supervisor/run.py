@@ -38,6 +38,7 @@ from controlplane.jobs import adapters, state
 from controlplane.jobs.choices import ACTIVE, TERMINAL, JobStatus
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_heartbeat, request_schedule
+from controlplane.lib import redis_clients
 from controlplane.telemetry.models import MetricSample
 from workers.runtime import protocol, run_files
 from workers.supervisor import bundles as bundle_cache
@@ -271,11 +272,10 @@ def _launch(job: Job, sup: Supervision) -> Outcome | None:
         return _fail_before_start(job, sup, f"could not prepare the run: {exc}")
     except (ValueError, OSError) as exc:
         return _fail_before_start(job, sup, f"could not prepare the run: {exc}")
-    admin = redis.Redis.from_url(settings.REDIS_URL)
+    admin = redis_clients.shared(socket_timeout=5)  # the process's pool: no connect per run
     try:
         credential = redis_acl.create_job_user(admin, job.pk, settings.REDIS_URL)
     except redis.RedisError as exc:
-        admin.close()
         return _requeue_before_start(job, sup, f"could not create the run's Redis user: {exc}")
     try:
         sup.credential, sup.admin = credential, admin
@@ -289,7 +289,6 @@ def _launch(job: Job, sup: Supervision) -> Outcome | None:
         # The run's credential dies with the run (Redis closes its open connections too).
         with contextlib.suppress(redis.RedisError):
             redis_acl.delete_job_user(admin, job.pk)
-        admin.close()
 
 
 def _requeue_before_start(job: Job, sup: Supervision, why: str) -> Outcome:
