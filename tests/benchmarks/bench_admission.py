@@ -118,6 +118,9 @@ def measure(database: str, *, jobs: int, clients: int, slots: int) -> dict[str, 
         env = _environment(stack, work, database, pg_name, slots)
         token = _fixtures(slots)
         procs = _start(stack, work, env, slots)
+        procs["redis"] = stack.get("redis").proc.pid  # type: ignore[union-attr]  # started
+        if pg_name is not None and (postmaster := _postmaster()) is not None:
+            procs["postgres"] = postmaster
         cpu_before = _cpu(procs)
         submitted = _submit(int(env["BENCH_PORT"]), token, jobs, clients)
         left = _wait_until_done(jobs, timeout=max(300.0, jobs / 2))
@@ -202,6 +205,25 @@ def _start(stack: devstack.Stack, work: Path, env: dict[str, str], slots: int) -
     _wait_for_worker(timeout=120)
     env["BENCH_PORT"] = str(port)
     return {"worker": worker.pid, "asgi": asgi.pid}
+
+
+def _postmaster() -> int | None:
+    """The local PostgreSQL server's main process (its backends are its children), if any.
+
+    Its CPU is the database's share of each job; anything else using that server meanwhile
+    is counted too, so the figure is an upper bound on a machine that shares it.
+    """
+    import psutil
+
+    for proc in psutil.process_iter(["name", "ppid"]):
+        try:
+            if proc.info["name"] == "postgres" and psutil.Process(proc.info["ppid"]).name() != (
+                "postgres"
+            ):
+                return int(proc.pid)
+        except psutil.Error:
+            continue
+    return None
 
 
 def _wait_for_worker(timeout: float) -> None:
@@ -291,11 +313,14 @@ def _figures(
     from controlplane.jobs.models import Job
     from controlplane.scheduling.simulate import percentile
 
-    rows = list(Job.objects.values_list("status", "created_at", "admitted_at", "started_at"))
-    admitted = sorted(a.timestamp() for _, _, a, _ in rows if a is not None)
-    waits = sorted((s - c).total_seconds() for _, c, _, s in rows if s is not None)
+    columns = ("status", "created_at", "admitted_at", "started_at", "finished_at")
+    rows = list(Job.objects.values_list(*columns))
+    admitted = sorted(a.timestamp() for _, _, a, _, _ in rows if a is not None)
+    waits = sorted((s - c).total_seconds() for _, c, _, s, _ in rows if s is not None)
     span = admitted[-1] - admitted[0] if len(admitted) > 1 else 0.0
     succeeded = sum(1 for status, *_ in rows if status == "succeeded")
+    refills = _refill_gaps(admitted, sorted(f.timestamp() for *_, f in rows if f is not None))
+    total_cpu = sum(cpu.values())
     return {
         "database": database,
         "jobs": jobs,
@@ -312,8 +337,32 @@ def _figures(
         # process itself) costs the worker: 1000 / these is the rate one free core would give.
         "asgi_cpu_ms_per_submit": cpu["asgi"] / max(1, submitted["accepted"]) * 1e3,
         "worker_cpu_ms_per_job": cpu["worker"] / max(1, jobs) * 1e3,
+        # Every process of the stack (daphne, worker and runs, Redis, and PostgreSQL's server
+        # where it is local) per job, and the admission rate this machine's cores would give
+        # if CPU were all that limited it.
+        "cpu_ms_per_job_total": total_cpu / max(1, jobs) * 1e3,
+        "cpu_s_by_process": cpu,
+        "cpu_bound_admissions_per_s": (os.cpu_count() or 1) * jobs / total_cpu
+        if total_cpu
+        else 0.0,
+        # Freed capacity reused: from each job's end to the next admission after it.
+        "refill_p50_s": percentile(refills, 50),
+        "refill_p99_s": percentile(refills, 99),
         "load_average": os.getloadavg(),
     }
+
+
+def _refill_gaps(admitted: list[float], finished: list[float]) -> list[float]:
+    """For each job end followed by an admission, the seconds until that admission (both
+    lists sorted): how long a freed slot stayed free while jobs were waiting for one."""
+    import bisect
+
+    gaps = []
+    for end in finished:
+        i = bisect.bisect_right(admitted, end)
+        if i < len(admitted):
+            gaps.append(admitted[i] - end)
+    return sorted(gaps)
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -326,21 +375,26 @@ def _format(r: dict[str, Any]) -> str:
         f"{r['submit_to_running_p50_s']:.2f} s p99 {r['submit_to_running_p99_s']:.2f} s, "
         f"{r['succeeded']}/{r['jobs']} succeeded, CPU ms per submit "
         f"{r['asgi_cpu_ms_per_submit']:.0f} (daphne), per job {r['worker_cpu_ms_per_job']:.0f} "
-        f"(worker and run), load average {r['load_average'][0]:.1f}"
+        f"(worker and run), {r['cpu_ms_per_job_total']:.0f} in all per job "
+        f"(CPU-bound at {r['cpu_bound_admissions_per_s']:.0f} admissions/s), refill p50 "
+        f"{r['refill_p50_s'] * 1e3:.0f} ms, load average {r['load_average'][0]:.1f}"
     )
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     print()
     print("| database | jobs | submits/s | admissions/s | submit->running p50 (s) | p99 (s) "
-          "| CPU ms per submit (daphne) | CPU ms per job (worker + run) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| CPU ms per submit (daphne) | CPU ms per job (worker + run) "
+          "| CPU ms per job, every process | CPU-bound admissions/s | refill p50 / p99 (ms) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['database']} | {r['jobs']} | {r['submits_per_s']:.0f} "
             f"| {r['admissions_per_s']:.1f} | {r['submit_to_running_p50_s']:.2f} "
             f"| {r['submit_to_running_p99_s']:.2f} "
-            f"| {r['asgi_cpu_ms_per_submit']:.0f} | {r['worker_cpu_ms_per_job']:.0f} |"
+            f"| {r['asgi_cpu_ms_per_submit']:.0f} | {r['worker_cpu_ms_per_job']:.0f} "
+            f"| {r['cpu_ms_per_job_total']:.0f} | {r['cpu_bound_admissions_per_s']:.0f} "
+            f"| {r['refill_p50_s'] * 1e3:.0f} / {r['refill_p99_s'] * 1e3:.0f} |"
         )
 
 
