@@ -224,6 +224,12 @@ def _selector(job: Job) -> dict[str, str]:
     return {str(k): str(v) for k, v in selector.items()}
 
 
+# What a queued job's request reads (``job_request``); the pass reads no other column of it.
+REQUEST_COLUMNS = (
+    "tenant", "world_size", "created_at", "priority", "bandwidth_floor_mbps",
+    "bandwidth_ceiling_mbps", "deadline", "steps", "last_step", "started_at", "hyperparameters",
+    "evictions", "evicted_at", "launch_faults", "launch_fault_at", "node_selector",
+)  # fmt: skip
 NOT_SCHEDULING = ("name", "entrypoint", "env", "status_reason", "exit_reason")
 
 
@@ -238,11 +244,14 @@ def snapshot(tenants: Iterable[Tenant] | None = None) -> core.Snapshot:
     policies = {tenant_id: (policy, preemption) for tenant_id, policy, preemption in queues}
     defaults = (DEFAULT_QUEUE_POLICY, core.PreemptionPolicy.LOWER_PRIORITY)
     # Every pass reads every queued job: leave out the columns the core never reads (the
-    # JSON ones cost a decode per row).
-    jobs = Job.objects.select_related("tenant").defer(*NOT_SCHEDULING)
-    pending = jobs.filter(status=JobStatus.QUEUED).order_by("created_at", "pk")
-    running = list(
-        jobs.filter(status__in=ACTIVE, preempt_requested=False).prefetch_related("links")
+    # JSON ones cost a decode per row), and give each job its tenant from the rows already
+    # read instead of joining (a Tenant built per job was a third of the pass's reading).
+    jobs = Job.objects.defer(*NOT_SCHEDULING)
+    queued = Job.objects.filter(status=JobStatus.QUEUED).only(*REQUEST_COLUMNS)
+    pending = _with_tenants(queued.order_by("created_at", "pk"), tenants)
+    running = _with_tenants(
+        jobs.filter(status__in=ACTIVE, preempt_requested=False).prefetch_related("links"),
+        tenants,
     )
     return core.Snapshot(
         cluster=cluster(running),
@@ -251,3 +260,13 @@ def snapshot(tenants: Iterable[Tenant] | None = None) -> core.Snapshot:
         running=[running_job(j) for j in running],
         options=options(),
     )
+
+
+def _with_tenants(jobs: Iterable[Job], tenants: list[Tenant]) -> list[Job]:
+    """The jobs, each holding its tenant from ``tenants`` (one not among them is read)."""
+    by_id = {t.pk: t for t in tenants}
+    rows = list(jobs)
+    for job in rows:
+        if (tenant := by_id.get(job.tenant_id)) is not None:
+            job.tenant = tenant
+    return rows

@@ -256,3 +256,22 @@ def test_a_burst_of_schedule_requests_queues_one_pass_until_it_starts(
     with django_capture_on_commit_callbacks(execute=True):
         request_schedule()
     assert private_redis.llen("control") == 2
+
+
+def test_the_snapshot_reads_the_same_number_of_queries_however_long_the_queue(
+    vision, alice, django_assert_max_num_queries
+):
+    # Each pass reads every queued job; a column its request needs but the query left out
+    # would cost one more query per job (the queue's length, every pass).
+    for n in range(3):
+        submit(vision, alice, ranks=1, name=f"a{n}", hyperparameters={"checkpoint_every": 5})
+    with django_assert_max_num_queries(20) as few:
+        adapters.snapshot()
+    for n in range(30):
+        submit(vision, alice, ranks=1, name=f"b{n}", node_selector={"zone": "a"})
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        snapshot = adapters.snapshot()
+    # ... and the requests are what the whole rows give.
+    whole = {str(j.pk): adapters.job_request(j) for j in Job.objects.filter(status="queued")}
+    assert {r.id: r for r in snapshot.pending} == whole
+    assert len(whole) == 33
