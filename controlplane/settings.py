@@ -266,6 +266,8 @@ SYNCLANE_JOBS_DIR = Path(env_str("SYNCLANE_JOBS_DIR", str(RUN_DIR / "jobs")))
 # A submit's Idempotency-Key is remembered (per user) this long; a retry within it gets the
 # first answer again instead of a second job.
 SYNCLANE_IDEMPOTENCY_WINDOW_S = env_float("SYNCLANE_IDEMPOTENCY_WINDOW_S", 24 * 3600.0)
+# Most jobs one request to /api/v1/jobs/batch/ may submit (all or none).
+SYNCLANE_SUBMIT_BATCH_MAX = env_int("SYNCLANE_SUBMIT_BATCH_MAX", 500)
 # Per-tenant storage quota (MB) over its jobs' artifacts; at or over it, new submits are
 # refused with a 400 naming it. 0: no limit.
 SYNCLANE_TENANT_STORAGE_MB = env_int("SYNCLANE_TENANT_STORAGE_MB", 5120)

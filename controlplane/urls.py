@@ -52,6 +52,7 @@ urlpatterns = [
         name="api-token-revoke",
     ),
     path("api/v1/jobs/", api.JobListCreate.as_view(), name="api-jobs"),
+    path("api/v1/jobs/batch/", api.JobBatchCreate.as_view(), name="api-jobs-batch"),
     path("api/v1/jobs/<int:job_id>/", api.JobDetail.as_view(), name="api-job"),
     path("api/v1/jobs/<int:job_id>/cancel/", api.JobCancel.as_view(), name="api-job-cancel"),
     path("api/v1/jobs/<int:job_id>/priority/", api.JobPriority.as_view(), name="api-job-priority"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -121,12 +122,17 @@ def submit(
     node_selector: Annotated[
         list[str] | None, typer.Option(help="Node label KEY=VALUE every node must carry; repeat.")
     ] = None,
+    count: Annotated[
+        int,
+        typer.Option(min=1, help="Submit this many copies (NAME-0, NAME-1, …) in one request."),
+    ] = 1,
     as_json: JsonFlag = False,
 ) -> None:
     """Submit a job from flags, a job file, or both (flags win).
 
     With ``--code DIR`` the folder is packed (minus what ``DIR/.synclaneignore`` lists) and
-    uploaded as a code bundle, and the job runs ``--entrypoint`` from it.
+    uploaded as a code bundle, and the job runs ``--entrypoint`` from it. With ``--count N``
+    the N copies go in one request, queued all together or (a refused one) none.
     """
     flags = {
         "tenant": tenant,
@@ -149,11 +155,28 @@ def submit(
         labels = env_assignments(node_selector, option="--node-selector")
         body["node_selector"] = {**(body.get("node_selector") or {}), **labels}
     session = api()
-    job = submit_with_code(session, body, code) if code else session.post("/api/v1/jobs/", body)
+
+    def send(body: dict[str, Any]) -> Any:
+        if count == 1:
+            return session.post("/api/v1/jobs/", body)
+        return session.post("/api/v1/jobs/batch/", copies(body, count))["jobs"]
+
+    sent = submit_with_code(session, body, code, send) if code else send(body)
     if as_json:
-        print_json(job)
-    else:
+        print_json(sent)
+        return
+    for job in sent if count > 1 else [sent]:
         out.print(f"job {job['id']} {job['status']}: {job['status_reason'] or 'submitted'}")
+
+
+def copies(body: dict[str, Any], count: int) -> dict[str, Any]:
+    """The batch submit body of ``count`` copies of ``body``, named NAME-0 … NAME-(count-1)."""
+    job = {k: v for k, v in body.items() if k != "tenant"}
+    name = job.get("name") or "job"
+    return {
+        "tenant": body.get("tenant"),
+        "jobs": [{**job, "name": f"{name}-{i}"} for i in range(count)],
+    }
 
 
 def env_assignments(pairs: list[str], *, option: str = "--env") -> dict[str, str]:
@@ -167,8 +190,11 @@ def env_assignments(pairs: list[str], *, option: str = "--env") -> dict[str, str
     return values
 
 
-def submit_with_code(session: Api, body: dict[str, Any], folder: Path) -> Any:
-    """Upload ``folder`` as a bundle, then submit ``body`` running it; return the job.
+def submit_with_code(
+    session: Api, body: dict[str, Any], folder: Path, send: Callable[[dict[str, Any]], Any]
+) -> Any:
+    """Upload ``folder`` as a bundle, then submit ``body`` running it with ``send``; return
+    what that gave.
 
     A refused submit deletes the bundle it just created, so bad input stores nothing
     (a bundle that was already there stays).
@@ -177,7 +203,7 @@ def submit_with_code(session: Api, body: dict[str, Any], folder: Path) -> Any:
         raise CliError("--code needs --entrypoint (what to run, e.g. 'train.py 300')")
     bundle, created = upload_code(session, folder, tenant=body.get("tenant"))
     try:
-        return session.post("/api/v1/jobs/", {**body, "code": str(bundle["id"])})
+        return send({**body, "code": str(bundle["id"])})
     except CliError:
         if created:
             with contextlib.suppress(CliError):

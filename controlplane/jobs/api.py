@@ -7,6 +7,7 @@ statuses it can answer (``errors``) and an example.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 from django.contrib.auth.models import User
@@ -36,7 +37,14 @@ from controlplane.jobs.access import (
 )
 from controlplane.jobs.choices import ACTIVE, JobStatus, PriorityClass, SyncStrategy, Workload
 from controlplane.jobs.models import Job, JobEvent
-from controlplane.jobs.services import job_cancel, job_set_priority, job_submit, queue_position
+from controlplane.jobs.services import (
+    batch_limit,
+    job_cancel,
+    job_set_priority,
+    job_submit,
+    jobs_submit,
+    queue_position,
+)
 from controlplane.jobs.spec import MAX_RESTARTS_LIMIT, JobSpec, SpecError
 from controlplane.lib.api_schema import ERROR_REF, errors
 from controlplane.lib.pagination import NewestFirst
@@ -233,6 +241,23 @@ JOB_EXAMPLE = OpenApiExample(
 )
 
 
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    idempotency.HEADER,
+    str,
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="makes retries safe: the same key (yours, within "
+    "SYNCLANE_IDEMPOTENCY_WINDOW_S) with the same body answers the first "
+    "answer again (header Idempotent-Replayed: true) instead of a second job; "
+    "with another body it is a 422",
+)
+SUBMIT_ERRORS = {
+    **errors(400),
+    422: OpenApiResponse(ERROR_REF, description="The Idempotency-Key was used with another body."),
+}
+BATCH_ITEM = {k: v for k, v in DEMO_SPEC.items() if k != "tenant"}
+
+
 class JobListCreate(generics.GenericAPIView[Job]):
     """Jobs of your tenants (filtered, ordered, cursor-paginated) and job submission."""
 
@@ -267,48 +292,13 @@ class JobListCreate(generics.GenericAPIView[Job]):
     @extend_schema(
         operation_id="jobs_submit",
         request=JobSubmitSerializer,
-        parameters=[
-            OpenApiParameter(
-                idempotency.HEADER,
-                str,
-                location=OpenApiParameter.HEADER,
-                required=False,
-                description="makes retries safe: the same key (yours, within "
-                "SYNCLANE_IDEMPOTENCY_WINDOW_S) with the same body answers the first "
-                "answer again (header Idempotent-Replayed: true) instead of a second job; "
-                "with another body it is a 422",
-            )
-        ],
-        responses={
-            201: JobSerializer,
-            **errors(400),
-            422: OpenApiResponse(
-                ERROR_REF, description="The Idempotency-Key was used with another body."
-            ),
-        },
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={201: JobSerializer, **SUBMIT_ERRORS},
         examples=[SUBMIT_EXAMPLE, JOB_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
         data = body_object(request.data)
-        try:
-            key = idempotency.parse_key(request.headers.get(idempotency.HEADER))
-        except idempotency.MalformedKey as exc:
-            raise ValidationError({idempotency.HEADER: [str(exc)]}) from None
-        if key is None:
-            job = self._submit(request, data)
-            return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
-        try:
-            answer = idempotency.submit_once(
-                user=cast(User, request.user),  # IsAuthenticated: never anonymous here
-                key=key,
-                data=data,
-                submit=lambda: _created(self._submit(request, data)),
-            )
-        except idempotency.KeyReused as exc:
-            body = {"detail": f"{idempotency.HEADER} {exc}", idempotency.HEADER: [str(exc)]}
-            return Response(body, status=exc.status)
-        headers = {idempotency.REPLAYED_HEADER: "true"} if answer.replayed else {}
-        return Response(answer.body, status=answer.status_code, headers=headers)
+        return _answer(request, data, lambda: _created(self._submit(request, data)))
 
     def _submit(self, request: Request, data: dict[str, Any]) -> Job:
         """Validate and submit; raise ValidationError (nothing written) when refused."""
@@ -328,6 +318,119 @@ class JobListCreate(generics.GenericAPIView[Job]):
 
 def _created(job: Job) -> tuple[Job, int, dict[str, Any]]:
     return job, status.HTTP_201_CREATED, dict(JobSerializer(job).data)
+
+
+def _answer(
+    request: Request, data: dict[str, Any], submit: Callable[[], tuple[Job, int, dict[str, Any]]]
+) -> Response:
+    """Run ``submit`` (which raises ValidationError when refused) and answer with what it
+    made; with an Idempotency-Key, once per key and body (a retry gets the first answer)."""
+    try:
+        key = idempotency.parse_key(request.headers.get(idempotency.HEADER))
+    except idempotency.MalformedKey as exc:
+        raise ValidationError({idempotency.HEADER: [str(exc)]}) from None
+    if key is None:
+        _, status_code, body = submit()
+        return Response(body, status=status_code)
+    try:
+        answer = idempotency.submit_once(
+            user=cast(User, request.user),  # IsAuthenticated: never anonymous here
+            key=key,
+            data=data,
+            submit=submit,
+        )
+    except idempotency.KeyReused as exc:
+        body = {"detail": f"{idempotency.HEADER} {exc}", idempotency.HEADER: [str(exc)]}
+        return Response(body, status=exc.status)
+    headers = {idempotency.REPLAYED_HEADER: "true"} if answer.replayed else {}
+    return Response(answer.body, status=answer.status_code, headers=headers)
+
+
+class JobBatchSubmitSerializer(serializers.Serializer[Any]):
+    """The batch submit body, for the schema (``JobBatchCreate`` validates it)."""
+
+    tenant = serializers.SlugField(help_text="slug of a tenant you may submit to")
+    jobs = serializers.ListField(
+        child=JobSubmitSerializer(),
+        min_length=1,
+        help_text="job bodies as /api/v1/jobs/ takes them, without tenant; at most "
+        "SYNCLANE_SUBMIT_BATCH_MAX",
+    )
+
+
+class JobBatchSerializer(serializers.Serializer[Any]):
+    jobs = JobSerializer(many=True)
+
+
+class JobBatchCreate(APIView):
+    """Submit many jobs of one tenant in one request (a sweep): all are queued, or none."""
+
+    @extend_schema(
+        operation_id="jobs_submit_batch",
+        request=JobBatchSubmitSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={201: JobBatchSerializer, **SUBMIT_ERRORS},
+        examples=[
+            OpenApiExample(
+                "Submit three learning rates",
+                request_only=True,
+                value={
+                    "tenant": "vision",
+                    "jobs": [
+                        {**BATCH_ITEM, "name": f"lr-{lr}", "hyperparameters": {"lr": lr}}
+                        for lr in (0.1, 0.03, 0.01)
+                    ],
+                },
+            ),
+            OpenApiExample(
+                "Three queued jobs",
+                response_only=True,
+                status_codes=["201"],
+                value={
+                    "jobs": [
+                        {
+                            **JOB_EXAMPLE.value,
+                            "id": 7 + i,
+                            "name": f"lr-{lr}",
+                            "queue_position": i + 1,
+                        }
+                        for i, lr in enumerate((0.1, 0.03, 0.01))
+                    ]
+                },
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        """A refused job is a 400 naming it (``jobs[3].world_size``), and nothing is written."""
+        data = body_object(request.data)
+        return _answer(request, data, lambda: self._submit(request, data))
+
+    def _submit(self, request: Request, data: dict[str, Any]) -> tuple[Job, int, dict[str, Any]]:
+        problems = unknown_fields(data, {"tenant", "jobs"})
+        tenant = _acting_tenant(request.user, data.get("tenant"), problems)
+        items = data.get("jobs")
+        limit = batch_limit()
+        specs: list[JobSpec] = []
+        if not isinstance(items, list) or not 1 <= len(items) <= limit:
+            problems["jobs"] = [f"must be a list of 1 to {limit} job objects"]
+            items = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                problems[f"jobs[{i}]"] = ["must be a job object"]
+                continue
+            try:
+                specs.append(JobSpec.from_input(item))
+            except SpecError as exc:
+                problems.update({f"jobs[{i}].{k}": why for k, why in exc.errors.items()})
+        if not problems and tenant is not None:
+            try:
+                jobs = jobs_submit(tenant=tenant, specs=specs, actor=request.user)
+            except SpecError as exc:
+                problems.update(exc.errors)
+            else:
+                body = {"jobs": JobSerializer(jobs, many=True).data}
+                return jobs[0], status.HTTP_201_CREATED, body
+        raise ValidationError(problems)
 
 
 def _acting_tenant(user: Any, slug: Any, errors: dict[str, list[str]]) -> Tenant | None:

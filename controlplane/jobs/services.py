@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -23,6 +25,7 @@ from controlplane.jobs.models import Job, Queue
 from controlplane.jobs.spec import JobSpec, SpecError
 from controlplane.lib.conflict import Conflict
 from controlplane.lib.tasks import enqueue_once_on_commit
+from controlplane.scheduling import Cluster
 from controlplane.tenancy.access import AnyUser, recorded_actor
 from controlplane.tenancy.models import Tenant
 
@@ -49,16 +52,17 @@ def request_schedule() -> None:
     )
 
 
-def check_fits(*, tenant: Tenant, spec: JobSpec) -> None:
+def check_fits(*, tenant: Tenant, spec: JobSpec, capacity: Cluster | None = None) -> None:
     """Raise SpecError if the job is larger than the cluster itself.
 
     Such a job could never run, whatever the quotas, and would block a StrictFIFO queue.
     A job over its tenant's quota is accepted: it waits, with that reason, for the quota.
+    ``capacity`` is the cluster's size when the caller has read it already.
     """
     from controlplane.jobs.adapters import MBPS, cluster_capacity
 
     errors: dict[str, list[str]] = {}
-    capacity = cluster_capacity(include_cordoned=True)
+    capacity = capacity or cluster_capacity(include_cordoned=True)
     if capacity.slots and spec.world_size > capacity.slots:  # 0: no live worker now; wait
         errors["world_size"] = [f"needs {spec.world_size} slots; the cluster has {capacity.slots}"]
     fabric_mbps = capacity.fabric_bps / MBPS
@@ -121,35 +125,87 @@ def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AnyUser | None) -> Job:
     bundle = resolve_code(tenant=tenant, spec=spec)
     with transaction.atomic():
         queue, _ = Queue.objects.get_or_create(tenant=tenant, name="default")
-        job = Job.objects.create(
-            tenant=tenant,
-            queue=queue,
-            submitted_by=recorded_actor(actor),
-            name=spec.name,
-            workload=spec.workload,
-            world_size=spec.world_size,
-            steps=spec.steps,
-            sync=spec.sync,
-            priority=spec.priority,
-            deadline=spec.deadline,
-            bandwidth_floor_mbps=spec.bandwidth_floor_mbps,
-            bandwidth_ceiling_mbps=spec.bandwidth_ceiling_mbps,
-            hyperparameters=spec.hyperparameters,
-            max_restarts=spec.max_restarts,
-            bundle=bundle,
-            bundle_sha256=bundle.sha256 if bundle else "",
-            bundle_file_count=bundle.file_count if bundle else None,
-            entrypoint=list(spec.entrypoint),
-            env=spec.env,
-            node_selector=spec.node_selector,
-            status=JobStatus.QUEUED,
-            status_reason="waiting for the scheduler",
-        )
+        job = _new_job(tenant, queue, spec, bundle, actor)
+        job.save()
         state.note(job, "submitted", actor=actor)
         if bundle is not None:
             bundle_mark_used(bundle=bundle)
         request_schedule()
     return job
+
+
+# Most jobs one batch submit may hold (SYNCLANE_SUBMIT_BATCH_MAX).
+def batch_limit() -> int:
+    return int(settings.SYNCLANE_SUBMIT_BATCH_MAX)
+
+
+def jobs_submit(*, tenant: Tenant, specs: Sequence[JobSpec], actor: AnyUser | None) -> list[Job]:
+    """Create queued jobs for ``tenant`` from validated specs, all or none, in their order.
+
+    What one submit checks is checked for each job: a job larger than the cluster, or naming
+    a bundle the tenant does not have, refuses the whole batch with a SpecError whose fields
+    are ``jobs[i].<field>``; a full storage quota is ``tenant``. Nothing is written then.
+    One scheduling pass is requested for the batch.
+    """
+    from controlplane.jobs.adapters import cluster_capacity
+
+    if not 1 <= len(specs) <= batch_limit():
+        raise SpecError({"jobs": [f"must hold 1 to {batch_limit()} jobs, not {len(specs)}"]})
+    errors: dict[str, list[str]] = {}
+    capacity = cluster_capacity(include_cordoned=True)
+    bundles: list[CodeBundle | None] = []
+    for i, spec in enumerate(specs):
+        try:
+            check_fits(tenant=tenant, spec=spec, capacity=capacity)
+            bundles.append(resolve_code(tenant=tenant, spec=spec))
+        except SpecError as exc:
+            errors.update({f"jobs[{i}].{field}": why for field, why in exc.errors.items()})
+    try:
+        check_storage(tenant=tenant)
+    except SpecError as exc:
+        errors.update(exc.errors)
+    if errors:
+        raise SpecError(errors)
+    with transaction.atomic():
+        queue, _ = Queue.objects.get_or_create(tenant=tenant, name="default")
+        jobs = Job.objects.bulk_create(
+            [_new_job(tenant, queue, s, b, actor) for s, b in zip(specs, bundles, strict=True)]
+        )
+        state.note_many(jobs, "submitted", actor=actor)
+        for bundle in {b.pk: b for b in bundles if b is not None}.values():
+            bundle_mark_used(bundle=bundle)
+        request_schedule()
+    return jobs
+
+
+def _new_job(
+    tenant: Tenant, queue: Queue, spec: JobSpec, bundle: CodeBundle | None, actor: AnyUser | None
+) -> Job:
+    """The queued job a spec makes (not saved yet)."""
+    return Job(
+        tenant=tenant,
+        queue=queue,
+        submitted_by=recorded_actor(actor),
+        name=spec.name,
+        workload=spec.workload,
+        world_size=spec.world_size,
+        steps=spec.steps,
+        sync=spec.sync,
+        priority=spec.priority,
+        deadline=spec.deadline,
+        bandwidth_floor_mbps=spec.bandwidth_floor_mbps,
+        bandwidth_ceiling_mbps=spec.bandwidth_ceiling_mbps,
+        hyperparameters=spec.hyperparameters,
+        max_restarts=spec.max_restarts,
+        bundle=bundle,
+        bundle_sha256=bundle.sha256 if bundle else "",
+        bundle_file_count=bundle.file_count if bundle else None,
+        entrypoint=list(spec.entrypoint),
+        env=spec.env,
+        node_selector=spec.node_selector,
+        status=JobStatus.QUEUED,
+        status_reason="waiting for the scheduler",
+    )
 
 
 def job_set_priority(*, job: Job, priority: int, actor: AnyUser | None) -> Job:

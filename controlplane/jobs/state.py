@@ -7,6 +7,7 @@ both win, records a JobEvent, and publishes the change after commit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -95,6 +96,20 @@ def note(job: Job, reason: str, *, actor: AnyUser | None = None) -> JobEvent:
         to_status=job.status,
         reason=reason[:300],
         actor=recorded_actor(actor),
+    )
+
+
+def note_many(jobs: Sequence[Job], reason: str, *, actor: AnyUser | None = None) -> None:
+    """``note`` for each of ``jobs`` (the same reason), in one INSERT."""
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job=job,
+            from_status=job.status,
+            to_status=job.status,
+            reason=reason[:300],
+            actor=recorded_actor(actor),
+        )
+        for job in jobs
     )
 
 

@@ -115,6 +115,21 @@ def test_bad_input_exits_1_with_one_line_and_each_field_and_writes_nothing(alice
     assert Job.objects.count() == 0
 
 
+def test_submit_count_queues_the_copies_in_one_request_or_none_of_them(alice_cli, vision):
+    vision.slot_quota = 0  # they stay queued
+    vision.save()
+    sweep = ["submit", "--tenant", "vision", "--name", "sweep", "--workload", "tiny_gpt",
+             "--steps", "5", "--count", "3"]  # fmt: skip
+    jobs = json.loads(alice_cli(*sweep, "--world-size", "1", "--json").stdout)
+    assert [(j["name"], j["status"]) for j in jobs] == [
+        ("sweep-0", "queued"), ("sweep-1", "queued"), ("sweep-2", "queued")
+    ]  # fmt: skip
+    refused = alice_cli(*sweep, "--world-size", "0", check=False)
+    assert refused.returncode == 1
+    assert "  jobs[0].world_size: " in refused.stderr
+    assert Job.objects.count() == 3
+
+
 def test_a_missing_job_file_and_a_bad_assignment_are_one_line_errors(alice_cli, tmp_path):
     missing = alice_cli("submit", str(tmp_path / "nope.yaml"), check=False)
     assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
