@@ -3,6 +3,7 @@
     python tests/benchmarks/bench_admission.py            # SQLite and PostgreSQL, 1,000 jobs each
     python tests/benchmarks/bench_admission.py --quick    # 200 jobs each
     python tests/benchmarks/bench_admission.py --jobs 3000 --databases postgresql
+    python tests/benchmarks/bench_admission.py --batch 1 50   # one job per request, and 50
 
 For each database, from nothing: a private Redis; a fresh database (a SQLite file, or a
 PostgreSQL database that the benchmark creates on the local server at 127.0.0.1:5432 and drops
@@ -11,7 +12,8 @@ member with an API token; a Celery worker (with beat) that runs the scheduling p
 supervises the runs, and daphne serving the API. Then ``--clients`` threads POST ``--jobs``
 jobs of the built-in ``noop`` workload (one empty step, world size 1) to ``/api/v1/jobs/`` as
 fast as they are accepted (one tenant's queue, hundreds deep), and the benchmark waits until
-every job has succeeded.
+every job has succeeded. With ``--batch K`` (K > 1) each request submits K jobs at once to
+``/api/v1/jobs/batch/`` (a sweep); each batch size is a row of its own.
 
 Figures, from the jobs' own timestamps in the database:
 
@@ -57,20 +59,31 @@ PASSWORD = "bench-" + uuid.uuid4().hex
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.child:
-        row = measure(args.child, jobs=args.jobs, clients=args.clients, slots=args.slots)
+        row = measure(
+            args.child, jobs=args.jobs, clients=args.clients, slots=args.slots, batch=args.batch[0]
+        )
         Path(args.row_out).write_text(json.dumps(row))
         return 0
     jobs = args.jobs or (200 if args.quick else 1000)
     rows = []
     for database in args.databases:
-        print(f"== {database}: {jobs} noop jobs, {args.clients} clients, {args.slots} slots")
-        rows.append(_run_child(database, jobs, args))
-        print(_format(rows[-1]), flush=True)
+        for batch in args.batch:
+            print(
+                f"== {database}: {jobs} noop jobs, {batch} per request, {args.clients} clients, "
+                f"{args.slots} slots"
+            )
+            rows.append(_run_child(database, jobs, batch, args))
+            print(_format(rows[-1]), flush=True)
     _print_table(rows)
     OUT.parent.mkdir(exist_ok=True)
     report = {
-        "command": "python tests/benchmarks/bench_admission.py"
-        + (" --quick" if args.quick else ""),
+        "command": " ".join(
+            [
+                "python",
+                "tests/benchmarks/bench_admission.py",
+                *(sys.argv[1:] if argv is None else argv),
+            ]
+        ),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "slots": args.slots,
@@ -90,15 +103,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=8, help="submitting threads")
     p.add_argument("--slots", type=int, default=16, help="cluster slots (runs at once)")
     p.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
+    p.add_argument(
+        "--batch", nargs="+", type=int, default=[1], help="jobs per request (a row for each)"
+    )
     p.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
     p.add_argument("--row-out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def _run_child(database: str, jobs: int, args: argparse.Namespace) -> dict[str, Any]:
+def _run_child(database: str, jobs: int, batch: int, args: argparse.Namespace) -> dict[str, Any]:
     """Measure one database in a process of its own (Django is set up once per process)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         argv = [sys.executable, __file__, "--child", database, "--jobs", str(jobs)]
+        argv += ["--batch", str(batch)]
         argv += ["--clients", str(args.clients), "--slots", str(args.slots), "--row-out", out.name]
         subprocess.run(argv, check=True, cwd=ROOT)
         return dict(json.loads(Path(out.name).read_text()))
@@ -107,7 +124,7 @@ def _run_child(database: str, jobs: int, args: argparse.Namespace) -> dict[str, 
 # --- one database --------------------------------------------------------------------------
 
 
-def measure(database: str, *, jobs: int, clients: int, slots: int) -> dict[str, Any]:
+def measure(database: str, *, jobs: int, clients: int, slots: int, batch: int) -> dict[str, Any]:
     """Steps: 1. database and stack; 2. tenant, member, token; 3. submit; 4. wait; 5. figures."""
     work = Path(tempfile.mkdtemp(prefix="bench-admission-"))
     stack = devstack.Stack()
@@ -122,10 +139,10 @@ def measure(database: str, *, jobs: int, clients: int, slots: int) -> dict[str, 
         if pg_name is not None and (postmaster := _postmaster()) is not None:
             procs["postgres"] = postmaster
         cpu_before = _cpu(procs)
-        submitted = _submit(int(env["BENCH_PORT"]), token, jobs, clients)
+        submitted = _submit(int(env["BENCH_PORT"]), token, jobs, clients, batch)
         left = _wait_until_done(jobs, timeout=max(300.0, jobs / 2))
         cpu = {name: after - cpu_before[name] for name, after in _cpu(procs).items()}
-        return {**_figures(database, jobs, submitted, cpu), "not_ended": left}
+        return {**_figures(database, jobs, submitted, cpu), "batch_size": batch, "not_ended": left}
     finally:
         from django.db import connections
 
@@ -253,26 +270,38 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def _submit(port: int, token: str, jobs: int, clients: int) -> dict[str, Any]:
-    """POST ``jobs`` noop jobs from ``clients`` threads; return counts and the window."""
-    body = {"tenant": "bench", "workload": "noop", "world_size": 1, "steps": 1}
+def _submit(port: int, token: str, jobs: int, clients: int, batch: int) -> dict[str, Any]:
+    """POST ``jobs`` noop jobs from ``clients`` threads, ``batch`` per request; return counts
+    (of jobs, by the status of their request) and the window."""
+    job = {"workload": "noop", "world_size": 1, "steps": 1}
     headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
     statuses: dict[int, int] = {}
     lock = threading.Lock()
-    counter = iter(range(jobs))
+    counter = iter(range(0, jobs, batch))
+
+    def request(first: int) -> tuple[str, dict[str, Any]]:
+        names = [f"n{n}" for n in range(first, min(first + batch, jobs))]
+        if batch == 1:
+            return "/api/v1/jobs/", {"tenant": "bench", **job, "name": names[0]}
+        return "/api/v1/jobs/batch/", {
+            "tenant": "bench",
+            "jobs": [{**job, "name": n} for n in names],
+        }
 
     def client() -> None:
         conn = HTTPConnection("127.0.0.1", port, timeout=60)
         while True:
             with lock:
-                n = next(counter, None)
-            if n is None:
+                first = next(counter, None)
+            if first is None:
                 break
-            conn.request("POST", "/api/v1/jobs/", json.dumps({**body, "name": f"n{n}"}), headers)
+            path, body = request(first)
+            conn.request("POST", path, json.dumps(body), headers)
             response = conn.getresponse()
             response.read()
+            count = len(body.get("jobs", [body]))
             with lock:
-                statuses[response.status] = statuses.get(response.status, 0) + 1
+                statuses[response.status] = statuses.get(response.status, 0) + count
         conn.close()
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -370,7 +399,7 @@ def _refill_gaps(admitted: list[float], finished: list[float]) -> list[float]:
 
 def _format(r: dict[str, Any]) -> str:
     return (
-        f"  {r['database']}: {r['submits_per_s']:.0f} submits/s, "
+        f"  {r['database']}, {r['batch_size']} per request: {r['submits_per_s']:.0f} submits/s, "
         f"{r['admissions_per_s']:.1f} admissions/s, submit->running p50 "
         f"{r['submit_to_running_p50_s']:.2f} s p99 {r['submit_to_running_p99_s']:.2f} s, "
         f"{r['succeeded']}/{r['jobs']} succeeded, CPU ms per submit "
@@ -383,13 +412,13 @@ def _format(r: dict[str, Any]) -> str:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     print()
-    print("| database | jobs | submits/s | admissions/s | submit->running p50 (s) | p99 (s) "
+    print("| database | jobs | per request | submits/s | admissions/s | submit->running p50 (s) | p99 (s) "
           "| CPU ms per submit (daphne) | CPU ms per job (worker + run) "
           "| CPU ms per job, every process | CPU-bound admissions/s | refill p50 / p99 (ms) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['database']} | {r['jobs']} | {r['submits_per_s']:.0f} "
+            f"| {r['database']} | {r['jobs']} | {r['batch_size']} | {r['submits_per_s']:.0f} "
             f"| {r['admissions_per_s']:.1f} | {r['submit_to_running_p50_s']:.2f} "
             f"| {r['submit_to_running_p99_s']:.2f} "
             f"| {r['asgi_cpu_ms_per_submit']:.0f} | {r['worker_cpu_ms_per_job']:.0f} "
