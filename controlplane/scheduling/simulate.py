@@ -3,6 +3,7 @@
     python -m controlplane.scheduling.simulate controlplane/scheduling/traces/example.json
     python -m controlplane.scheduling.simulate TRACE.json --bandwidth equal --json
     python -m controlplane.scheduling.simulate TRACE.json --decision-latency-ms 23
+    python -m controlplane.scheduling.simulate TRACE.json --admission-latency-ms 32
 
 ``--bandwidth`` picks who sets the allocations: ``priority`` (the scheduler, the default),
 ``equal`` (equal shares of the fabric, each up to its ceiling) or ``fcfs`` (no allocation: a
@@ -10,10 +11,13 @@ shared link served first come first served, each job taking up to its ceiling in
 Admission and preemption are the scheduler's in all three.
 
 ``--decision-latency-ms`` (or ``decision_latency`` in the trace) charges every decision that
-much simulated time, as the real path (API, database, Celery, supervisor) does: the next
-decision cannot start before it has passed, and the jobs it admits start their work only then.
-With the latency measured by ``tests/benchmarks/bench_admission.py``, a simulated run predicts
-the real one. Without it, decisions are free and instant.
+much simulated time, and ``--admission-latency-ms`` (``admission_latency``) that much more for
+each job it admits, as the real path (API, database, Celery, supervisor) takes time per pass
+and per job it launches: the next decision cannot start before both have passed, and the k-th
+job a decision admits starts its work k admission latencies after the decision's own. The real
+path's cost is mostly per job (``tests/benchmarks/bench_admission.py`` measures it: one over its
+admissions per second), so the admission latency is the one that makes a simulated run predict
+the real one. Without them, decisions are free and instant.
 
 The scheduler is kept between decisions (:class:`~.admission.Queues`): each arrival,
 completion and eviction is told to it as it happens, so a decision looks only at what changed.
@@ -31,6 +35,7 @@ Trace format (one JSON object; bandwidth in Mbit/s; times in seconds, or in mill
                                          #   its last checkpoint, taken every this many
                                          #   work-seconds after each admission
       "decision_latency": 0,             # optional: simulated time each decision takes
+      "admission_latency": 0,            # optional: and each job it admits, on top
       "options": {                       # optional: see scheduling.types.Options
         "min_run_time": 0, "eviction_limit": 3, "backoff_base": 0, "backoff_max": 3600,
         "cohort_order": {"research": "Classical"}},                  # or "FairShare"
@@ -126,12 +131,13 @@ class Trace:
     fabric_changes: tuple[tuple[float, float], ...] = ()  # (time, fabric bit/s), by time
     options: Options = field(default_factory=Options)
     decision_latency_s: float = 0.0
+    admission_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
             raise ValueError("tick_s and checkpoint_s must be > 0")
-        if self.decision_latency_s < 0:
-            raise ValueError("decision_latency must be >= 0")
+        if self.decision_latency_s < 0 or self.admission_latency_s < 0:
+            raise ValueError("decision_latency and admission_latency must be >= 0")
         for job in self.jobs:
             if job.duration <= 0 or not 0 <= job.comm_fraction <= 1:
                 raise ValueError(f"job {job.id}: duration must be > 0, comm_fraction in [0, 1]")
@@ -221,6 +227,7 @@ def load(raw: Mapping[str, Any]) -> Trace:
         ),
         options=_options(raw.get("options", {}), unit),
         decision_latency_s=float(raw.get("decision_latency", 0.0)) * unit,
+        admission_latency_s=float(raw.get("admission_latency", 0.0)) * unit,
     )
 
 
@@ -288,6 +295,7 @@ class Metrics:
     misses_by_class: dict[str, int]
     decisions: int
     decision_latency_s: float
+    admission_latency_s: float
     decision_real_s: float  # CPU time of this process in the scheduler
     decision_max_ms: float
     decision_us_per_job: float = field(init=False)
@@ -306,7 +314,11 @@ class Simulation:
     event time (or more at that time while a classical cohort still admits)."""
 
     def __init__(
-        self, trace: Trace, bandwidth: str = "priority", decision_latency_s: float | None = None
+        self,
+        trace: Trace,
+        bandwidth: str = "priority",
+        decision_latency_s: float | None = None,
+        admission_latency_s: float | None = None,
     ) -> None:
         if bandwidth not in MODES:
             raise ValueError(f"bandwidth must be one of {MODES}, got {bandwidth}")
@@ -315,6 +327,11 @@ class Simulation:
         self.latency = (
             trace.decision_latency_s if decision_latency_s is None else decision_latency_s
         )
+        self.per_admission = (
+            trace.admission_latency_s if admission_latency_s is None else admission_latency_s
+        )
+        if self.latency < 0 or self.per_admission < 0:
+            raise ValueError("decision and admission latencies must be >= 0")
         self.cluster = trace.cluster
         self.fabric = trace.cluster.fabric_bps  # now; changes with fabric_changes
         self.full = trace.cluster.fabric_bps  # full speed of a job without a ceiling
@@ -352,7 +369,8 @@ class Simulation:
         return self._metrics()
 
     # 1. find the next event: an arrival, a completion, a back-off end, a tick while jobs run,
-    #    the end of the last decision's latency; never before that end for a new decision
+    #    the end of the last decision's latency, an admitted job's start; never before that
+    #    end for a new decision
     def _next_event(self) -> float:
         candidates = [self.now + self.trace.tick_s] if self.running else []
         if self.arrivals:
@@ -370,6 +388,8 @@ class Simulation:
             rate = s.rate(self.full, self.now)
             if rate > 0:
                 candidates.append(self.now + s.left() / rate)
+            elif s.ready_at > self.now:  # admitted, its work starts then
+                candidates.append(s.ready_at)
         return max(self.now, min(candidates))
 
     # 2. move every running job forward to that time, and finish those that are done
@@ -422,7 +442,7 @@ class Simulation:
         allocations = self._allocations()
         self.decision_times.append(time.process_time() - began)
         self.again = bool(outcome.admitted) and bool(self.queues.dirty)
-        self.busy_until = self.now + self.latency
+        self.busy_until = self.now + self.latency + self.per_admission * len(outcome.admitted)
         self._apply(outcome)
         self._allocate(allocations)
 
@@ -456,10 +476,10 @@ class Simulation:
             s.evictions += 1
             s.bps = 0.0
             self.preemptions += 1
-        for job in outcome.admitted:
+        for k, job in enumerate(outcome.admitted, start=1):
             s = self.states[job.id]
             s.started_at = self.now
-            s.ready_at = self.now + self.latency
+            s.ready_at = self.now + self.latency + k * self.per_admission
             s.done_at_admission = s.done
             if s.first_admitted is None:
                 s.first_admitted = self.now
@@ -529,6 +549,7 @@ class Simulation:
             misses_by_class=misses,
             decisions=len(self.decision_times),
             decision_latency_s=self.latency,
+            admission_latency_s=self.per_admission,
             decision_real_s=sum(self.decision_times),
             decision_max_ms=max(self.decision_times, default=0.0) * 1e3,
         )
@@ -574,10 +595,13 @@ def _time_to_admission(states: Sequence[_State]) -> dict[str, dict[str, float]]:
 
 
 def run(
-    trace: Trace, bandwidth: str = "priority", decision_latency_s: float | None = None
+    trace: Trace,
+    bandwidth: str = "priority",
+    decision_latency_s: float | None = None,
+    admission_latency_s: float | None = None,
 ) -> Metrics:
     """Replay ``trace`` with the given bandwidth mode and return its metrics."""
-    return Simulation(trace, bandwidth, decision_latency_s).run()
+    return Simulation(trace, bandwidth, decision_latency_s, admission_latency_s).run()
 
 
 # --- the command ----------------------------------------------------------------------------
@@ -615,7 +639,8 @@ def report(m: Metrics) -> str:
         f"decision time (real)   {m.decision_real_s * 1e3:.0f} ms CPU in {m.decisions} decisions "
         f"(mean {per_decision:.2f} ms, max {m.decision_max_ms:.2f} ms), "
         f"{m.decision_us_per_job:.0f} us per job; simulated latency "
-        f"{m.decision_latency_s * 1e3:.1f} ms per decision"
+        f"{m.decision_latency_s * 1e3:.1f} ms per decision, "
+        f"{m.admission_latency_s * 1e3:.1f} ms per admission"
     )
     return "\n".join(lines)
 
@@ -630,10 +655,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="simulated time each decision takes (default: the trace's, else 0)",
     )
+    parser.add_argument(
+        "--admission-latency-ms",
+        type=float,
+        default=None,
+        help="simulated time each admitted job adds to its decision (default: the trace's, else 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     args = parser.parse_args(argv)
     latency = None if args.decision_latency_ms is None else args.decision_latency_ms / 1e3
-    metrics = run(load(json.loads(args.trace.read_text())), args.bandwidth, latency)
+    per_job = None if args.admission_latency_ms is None else args.admission_latency_ms / 1e3
+    metrics = run(load(json.loads(args.trace.read_text())), args.bandwidth, latency, per_job)
     print(json.dumps(metrics.as_dict(), indent=2) if args.json else report(metrics))
     return 0
 

@@ -25,8 +25,8 @@ Figures, from the jobs' own timestamps in the database:
 
 Results go to ``bench-results/admission.json`` (rows ``{database, jobs, submits_per_s,
 admissions_per_s, submit_to_running_p50_s, submit_to_running_p99_s}`` plus the CPU figures);
-``bench_scheduler.py --with-latency`` reads the PostgreSQL admission rate to charge simulated
-decisions the real path's cost. Wall-clock figures: on a shared machine, other load slows them.
+``bench_scheduler.py`` reads the PostgreSQL admission rate to charge each admission of its
+Kueue replay the real path's cost. Wall-clock figures: on a shared machine, other load slows them.
 """
 
 from __future__ import annotations

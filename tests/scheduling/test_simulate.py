@@ -101,6 +101,8 @@ def test_its_metrics_print_as_json(capsys: pytest.CaptureFixture[str], tmp_path:
     assert simulate.main([str(path), "--json", "--bandwidth", "fcfs"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["mode"] == "fcfs" and printed["completed"] == 2
+    assert simulate.main([str(path), "--json", "--admission-latency-ms", "250"]) == 0
+    assert json.loads(capsys.readouterr().out)["admission_latency_s"] == 0.25
 
 
 def test_it_ends_when_the_jobs_left_can_never_be_admitted() -> None:
@@ -187,3 +189,32 @@ def test_decision_latency_spaces_a_classical_cohorts_admissions() -> None:
     assert charged.completed == 4
     assert charged.time_to_first_admission_ms["p99"] == pytest.approx(1500)
     assert charged.wall_s == pytest.approx(12.0)
+
+
+def test_admission_latency_starts_each_job_of_a_decision_one_latency_after_the_last() -> None:
+    # One decision admits all four jobs (fair share); the real path launches them one after
+    # another, 0.5 s each: their work starts at 0.5, 1.0, 1.5 and 2.0 s and ends 10 s later.
+    raw = {
+        "cluster": {"slots": 8, "fabric_mbps": 1000},
+        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000}],
+        "jobs": [
+            {
+                "id": f"j{n}",
+                "tenant": "vision",
+                "arrival": 0,
+                "slots": 1,
+                "duration": 10,
+                "comm_fraction": 0,
+            }
+            for n in range(4)
+        ],  # fmt: skip
+        "checkpoint_s": 5,
+    }
+    metrics = simulate.run(simulate.load(raw), admission_latency_s=0.5)
+    assert metrics.decisions >= 1 and metrics.completed == 4
+    assert metrics.time_to_first_admission_ms["p99"] == 0  # admitted by the first decision
+    assert metrics.jct_mean_s == pytest.approx((10.5 + 11 + 11.5 + 12) / 4)
+    assert metrics.wall_s == pytest.approx(12.0)
+    assert simulate.load({**raw, "admission_latency": 0.5}).admission_latency_s == 0.5
+    with pytest.raises(ValueError, match="must be >= 0"):
+        simulate.load({**raw, "admission_latency": -1})
