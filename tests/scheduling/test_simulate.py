@@ -158,31 +158,25 @@ def test_a_replay_is_deterministic() -> None:
     assert replay() == replay()
 
 
+def four_short_jobs(**tenant: str) -> dict[str, Any]:
+    """Four 1-slot jobs of 10 s, arriving at 0, no communication; 8 slots."""
+    job = {"tenant": "vision", "arrival": 0, "slots": 1, "duration": 10, "comm_fraction": 0}
+    return {
+        "cluster": {"slots": 8, "fabric_mbps": 1000},
+        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000, **tenant}],
+        "jobs": [{**job, "id": f"j{n}"} for n in range(4)],
+        "checkpoint_s": 5,
+    }
+
+
 @pytest.mark.timeout(30)
 def test_decision_latency_spaces_a_classical_cohorts_admissions() -> None:
     # A classical cohort admits at most one head per queue per decision, so four jobs of one
     # queue need four decisions; each decision takes 0.5 s of simulated time, so the fourth
     # admission comes 1.5 s after the first, and its work starts when that decision ends,
-    # at 2.0 s. (This replay never ended once: a decision that
-    # left more to admit asked for the next one at once, inside the latency of its own.)
-    jobs = [
-        {
-            "id": f"j{n}",
-            "tenant": "vision",
-            "arrival": 0,
-            "slots": 1,
-            "duration": 10,
-            "comm_fraction": 0,
-        }
-        for n in range(4)
-    ]
-    raw = {
-        "cluster": {"slots": 8, "fabric_mbps": 1000},
-        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000, "cohort": "c"}],
-        "jobs": jobs,
-        "options": {"cohort_order": {"c": "Classical"}},
-        "checkpoint_s": 5,
-    }
+    # at 2.0 s. (This replay never ended once: a decision that left more to admit asked for
+    # the next one at once, inside the latency of its own.)
+    raw = {**four_short_jobs(cohort="c"), "options": {"cohort_order": {"c": "Classical"}}}
     instant = simulate.run(simulate.load(raw))
     charged = simulate.run(simulate.load(raw), decision_latency_s=0.5)
     assert instant.time_to_first_admission_ms["p99"] == 0
@@ -194,22 +188,7 @@ def test_decision_latency_spaces_a_classical_cohorts_admissions() -> None:
 def test_admission_latency_starts_each_job_of_a_decision_one_latency_after_the_last() -> None:
     # One decision admits all four jobs (fair share); the real path launches them one after
     # another, 0.5 s each: their work starts at 0.5, 1.0, 1.5 and 2.0 s and ends 10 s later.
-    raw = {
-        "cluster": {"slots": 8, "fabric_mbps": 1000},
-        "tenants": [{"name": "vision", "nominal_slots": 8, "nominal_mbps": 1000}],
-        "jobs": [
-            {
-                "id": f"j{n}",
-                "tenant": "vision",
-                "arrival": 0,
-                "slots": 1,
-                "duration": 10,
-                "comm_fraction": 0,
-            }
-            for n in range(4)
-        ],  # fmt: skip
-        "checkpoint_s": 5,
-    }
+    raw = four_short_jobs()
     metrics = simulate.run(simulate.load(raw), admission_latency_s=0.5)
     assert metrics.decisions >= 1 and metrics.completed == 4
     assert metrics.time_to_first_admission_ms["p99"] == 0  # admitted by the first decision
