@@ -97,9 +97,11 @@ def test_import_synclane_works_in_a_rank_from_any_folder(tmp_path):
 
 def test_the_noop_workload_runs_as_one_plain_process_that_exits_cleanly(tmp_path: Path):
     argv = build_command(spec(workload="noop", python=sys.executable, run_dir=tmp_path))
-    assert argv[1:3] == ["-m", "workers.workloads.noop"]
+    assert argv[1:3] == ["-I", "-S"] and argv[3].endswith("workers/workloads/noop.py")
     assert "torch.distributed.run" not in argv
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    # Without site-packages, from a folder of its own and an empty environment: it needs
+    # nothing but the standard library.
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env={})
     assert done.returncode == 0, done.stderr
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +20,9 @@ WORKLOAD_MODULES: Mapping[str, str] = {
     "noop": "workers.workloads.noop",
 }
 # Built-ins that train nothing and run as one plain process, without torchrun (whose start-up,
-# torch's import, would be most of their cost).
+# torch's import, would be most of their cost). They import only the standard library, so
+# they run as a script with ``-I -S``: no site-packages and no install's import hooks, half
+# the interpreter's start-up (about 9 ms of CPU instead of 19 here).
 PLAIN_PROCESS = frozenset({"noop"})
 
 # The only variables a run inherits from the worker's environment: locale, time zone, the
@@ -120,6 +124,15 @@ class LaunchSpec:
 _FLAG_PARAMS = ("lr", "batch_size", "seq_len", "eval_every", "seed")
 
 
+@functools.cache
+def plain_script(module: str) -> str:
+    """The file of a :data:`PLAIN_PROCESS` workload's module (found, not imported)."""
+    found = importlib.util.find_spec(module)
+    if found is None or found.origin is None:
+        raise ValueError(f"no module {module}")
+    return found.origin
+
+
 def build_command(spec: LaunchSpec) -> list[str]:
     """Return the argv that launches the job's ranks on this node.
 
@@ -132,8 +145,15 @@ def build_command(spec: LaunchSpec) -> list[str]:
     from the bundle copy (``spec.cwd``).
     """
     if spec.workload in PLAIN_PROCESS:
-        module = WORKLOAD_MODULES[spec.workload]
-        return [spec.python, "-m", module, f"--steps={spec.steps}", f"--run-dir={spec.run_dir}"]
+        script = plain_script(WORKLOAD_MODULES[spec.workload])
+        return [
+            spec.python,
+            "-I",
+            "-S",
+            script,
+            f"--steps={spec.steps}",
+            f"--run-dir={spec.run_dir}",
+        ]
     argv = [
         spec.python,
         "-m",

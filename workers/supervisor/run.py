@@ -53,6 +53,7 @@ from workers.supervisor.takeover import latest_checkpoint_step
 log = logging.getLogger(__name__)
 
 POLL_S = 0.25
+FIRST_BEAT_S = 0.5  # after the spawn (see _watch)
 
 
 # Not a job status: the run's lease went to another supervisor, which now drives it.
@@ -557,8 +558,10 @@ def _watch(
     With a ``crew``, another node's end (failed, shutting down, lost) ends this attempt
     too: this node's ranks are stopped at a checkpoint (see ``Crew.check``).
     """
-    next_beat = 0.0
-    progress = _Progress(job.pk)
+    # The first beat waits a moment (far inside the lease's TTL): a run that ends by then (a
+    # short job, a script that fails at start-up) costs no beat and no progress query.
+    next_beat = time.monotonic() + min(FIRST_BEAT_S, settings.SYNCLANE_HEARTBEAT_S)
+    progress: _Progress | None = None
     while True:
         code = proc.poll()
         if code is not None:
@@ -576,6 +579,7 @@ def _watch(
             if why == LOST:
                 log.warning("job %s: lease lost; leaving the run to its new supervisor", job.pk)
                 return Outcome(LOST, None, "lease lost")
+            progress = progress or _Progress(job.pk)
             moved = why is None and progress.moved()
             if moved and sup.straggler_raised:
                 failure.clear_straggler_alarms(job)  # the restarted run makes steps again
