@@ -61,8 +61,11 @@ def schedule_pass() -> PassResult:
         for preemption in decision.preemptions:
             if request_preemption(int(preemption.job_id), reason=preemption.reason):
                 result.preempted.append(int(preemption.job_id))
+        # The admitted jobs and the nodes' addresses, read once for the whole decision.
+        admitted = Job.objects.in_bulk([int(a.job_id) for a in decision.admissions])
+        addresses = dict(Node.objects.values_list("name", "address"))
         for admission in decision.admissions:
-            _admit(admission)
+            _admit(admitted[int(admission.job_id)], admission, addresses)
             result.admitted.append(int(admission.job_id))
         _write_waiting(decision.waiting.values())
         result.allocations = _write_allocations(decision.allocations)
@@ -98,7 +101,7 @@ def request_preemption(job_id: int, *, reason: str) -> bool:
     return bool(touched)
 
 
-def _admit(admission: core.Admission) -> None:
+def _admit(job: Job, admission: core.Admission, addresses: Mapping[str, str]) -> None:
     """Admit the job where the core placed it, and launch its ranks there after commit.
 
     The placement is stored as ``{"nodes": [{"node", "address", "ranks"}], "why"}``; the
@@ -107,10 +110,9 @@ def _admit(admission: core.Admission) -> None:
     Without a placement (no node registered: one pooled machine) the launch takes the shared
     queue, as on one machine.
     """
-    job = Job.objects.get(pk=int(admission.job_id))
     placement: dict[str, Any] = {}
     if admission.placement is not None:
-        placement = placement_json(admission.placement)
+        placement = placement_json(admission.placement, addresses)
     if admission.preempts:
         placement["waits_for"] = [int(v) for v in admission.preempts]
     state.transition(
@@ -134,9 +136,8 @@ def _admit(admission: core.Admission) -> None:
         enqueue_on_commit("workers.tasks.launch_job", job.pk)
 
 
-def placement_json(placement: core.Placement) -> dict[str, Any]:
-    """The core's placement as Job.placement stores it, each node with its address."""
-    addresses = dict(Node.objects.filter(name__in=placement.nodes).values_list("name", "address"))
+def placement_json(placement: core.Placement, addresses: Mapping[str, str]) -> dict[str, Any]:
+    """The core's placement as Job.placement stores it, each node with its address (by name)."""
     nodes = [{**part, "address": addresses.get(part["node"], "")} for part in placement.to_json()]
     return {"nodes": nodes, "why": placement.why}
 
