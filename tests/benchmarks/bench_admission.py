@@ -1,9 +1,9 @@
 """Benchmark of the real admission path: API, database, Celery and supervisor, end to end.
 
-    python tests/benchmarks/bench_admission.py            # SQLite and PostgreSQL, 1,000 jobs each
+    python tests/benchmarks/bench_admission.py            # SQLite and PostgreSQL, 1,000 jobs,
+                                                          # one per request and 50 per request
     python tests/benchmarks/bench_admission.py --quick    # 200 jobs each
-    python tests/benchmarks/bench_admission.py --jobs 3000 --databases postgresql
-    python tests/benchmarks/bench_admission.py --batch 1 50   # one job per request, and 50
+    python tests/benchmarks/bench_admission.py --jobs 3000 --databases postgresql --batch 1
 
 For each database, from nothing: a private Redis; a fresh database (a SQLite file, or a
 PostgreSQL database that the benchmark creates on the local server at 127.0.0.1:5432 and drops
@@ -104,7 +104,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=16, help="cluster slots (runs at once)")
     p.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
     p.add_argument(
-        "--batch", nargs="+", type=int, default=[1], help="jobs per request (a row for each)"
+        "--batch",
+        nargs="+",
+        type=int,
+        default=[1, 50],
+        help="jobs per request, a row for each (default: 1 and 50)",
     )
     p.add_argument("--child", choices=DATABASES, help=argparse.SUPPRESS)
     p.add_argument("--row-out", help=argparse.SUPPRESS)
