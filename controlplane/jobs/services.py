@@ -62,7 +62,8 @@ def check_fits(*, tenant: Tenant, spec: JobSpec, capacity: Cluster | None = None
     from controlplane.jobs.adapters import MBPS, cluster_capacity
 
     errors: dict[str, list[str]] = {}
-    capacity = capacity or cluster_capacity(include_cordoned=True)
+    if capacity is None:
+        capacity = cluster_capacity(include_cordoned=True)
     if capacity.slots and spec.world_size > capacity.slots:  # 0: no live worker now; wait
         errors["world_size"] = [f"needs {spec.world_size} slots; the cluster has {capacity.slots}"]
     fabric_mbps = capacity.fabric_bps / MBPS
