@@ -245,14 +245,12 @@ def snapshot(tenants: Iterable[Tenant] | None = None) -> core.Snapshot:
     defaults = (DEFAULT_QUEUE_POLICY, core.PreemptionPolicy.LOWER_PRIORITY)
     # Every pass reads every queued job: leave out the columns the core never reads (the
     # JSON ones cost a decode per row), and give each job its tenant from the rows already
-    # read instead of joining (a Tenant built per job was a third of the pass's reading).
-    jobs = Job.objects.defer(*NOT_SCHEDULING)
+    # read instead of joining (400 queued jobs: 20.2 ms with the join and all columns, 16.7
+    # without the join, 13.7 with only the request's columns).
     queued = Job.objects.filter(status=JobStatus.QUEUED).only(*REQUEST_COLUMNS)
     pending = _with_tenants(queued.order_by("created_at", "pk"), tenants)
-    running = _with_tenants(
-        jobs.filter(status__in=ACTIVE, preempt_requested=False).prefetch_related("links"),
-        tenants,
-    )
+    holding = Job.objects.filter(status__in=ACTIVE, preempt_requested=False)
+    running = _with_tenants(holding.defer(*NOT_SCHEDULING).prefetch_related("links"), tenants)
     return core.Snapshot(
         cluster=cluster(running),
         tenants=[tenant_quota(t, *policies.get(t.pk, defaults)) for t in tenants],

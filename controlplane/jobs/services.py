@@ -135,8 +135,8 @@ def job_submit(*, tenant: Tenant, spec: JobSpec, actor: AnyUser | None) -> Job:
     return job
 
 
-# Most jobs one batch submit may hold (SYNCLANE_SUBMIT_BATCH_MAX).
 def batch_limit() -> int:
+    """Most jobs one batch submit may hold (SYNCLANE_SUBMIT_BATCH_MAX)."""
     return int(settings.SYNCLANE_SUBMIT_BATCH_MAX)
 
 

@@ -90,26 +90,23 @@ def transition(
 
 def note(job: Job, reason: str, *, actor: AnyUser | None = None) -> JobEvent:
     """Record an event that does not change the status (e.g. "cancel requested")."""
-    return JobEvent.objects.create(
+    event = _note_event(job, reason, actor)
+    event.save()
+    return event
+
+
+def note_many(jobs: Sequence[Job], reason: str, *, actor: AnyUser | None = None) -> None:
+    """``note`` for each of ``jobs`` (the same reason), in one INSERT."""
+    JobEvent.objects.bulk_create(_note_event(job, reason, actor) for job in jobs)
+
+
+def _note_event(job: Job, reason: str, actor: AnyUser | None) -> JobEvent:
+    return JobEvent(
         job=job,
         from_status=job.status,
         to_status=job.status,
         reason=reason[:300],
         actor=recorded_actor(actor),
-    )
-
-
-def note_many(jobs: Sequence[Job], reason: str, *, actor: AnyUser | None = None) -> None:
-    """``note`` for each of ``jobs`` (the same reason), in one INSERT."""
-    JobEvent.objects.bulk_create(
-        JobEvent(
-            job=job,
-            from_status=job.status,
-            to_status=job.status,
-            reason=reason[:300],
-            actor=recorded_actor(actor),
-        )
-        for job in jobs
     )
 
 
