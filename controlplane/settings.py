@@ -261,6 +261,9 @@ SYNCLANE_EVICTION_LIMIT = env_int("SYNCLANE_EVICTION_LIMIT", 3)
 SYNCLANE_BACKOFF_BASE_S = env_float("SYNCLANE_BACKOFF_BASE_S", 0.0)
 SYNCLANE_BACKOFF_MAX_S = env_float("SYNCLANE_BACKOFF_MAX_S", 600.0)
 SYNCLANE_CLASSICAL_COHORTS = env_list("SYNCLANE_CLASSICAL_COHORTS", [])
+# A worker process keeps its scheduling queues between passes and reads only what changed
+# (controlplane.jobs.queue_state); it reads the whole queue again at least this often.
+SYNCLANE_SCHEDULE_REBUILD_S = env_float("SYNCLANE_SCHEDULE_REBUILD_S", 60.0)
 SYNCLANE_SAMPLE_INTERVAL_S = env_float("SYNCLANE_SAMPLE_INTERVAL_S", 0.5)
 SYNCLANE_JOBS_DIR = Path(env_str("SYNCLANE_JOBS_DIR", str(RUN_DIR / "jobs")))
 # A submit's Idempotency-Key is remembered (per user) this long; a retry within it gets the

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from controlplane.jobs import artifacts
@@ -280,6 +281,27 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_status or '∅'} → {self.to_status} ({self.reason})"
+
+
+class QueueChange(models.Model):
+    """A queued job was added, changed or removed: one entry of the scheduling pass's feed.
+
+    Written by database triggers only (migration 0012), on any insert or delete of a queued
+    job and any update of a column the scheduler reads where the job was or becomes queued,
+    whoever writes it (a model save, a queryset update, raw SQL). A worker's pass keeps its
+    queues between passes and reads only the jobs named here since its last pass
+    (``jobs.queue_state``). ``xid`` is the writing transaction's id on PostgreSQL (its
+    sequence ids commit out of order; transaction ids tell which writers may still commit);
+    null on SQLite, where one writer at a time commits ids in order.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField()  # not a key: the job may be gone (deleted)
+    xid = models.BigIntegerField(null=True, db_index=True)
+    at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"#{self.pk}: job {self.job_id} at {self.at}"
 
 
 class IdempotencyKey(models.Model):

@@ -1,6 +1,6 @@
 """Apply the pure scheduling core's decisions to the database, Redis and websockets.
 
-    schedule_pass()   # one pass: snapshot -> core.schedule() -> apply
+    schedule_pass()   # one pass: changes since the last -> core.decide() -> apply
 
 Run by the ``schedule_tick`` Celery task on every submit, job end, priority or quota
 change, and every few seconds by beat.
@@ -20,7 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane import scheduling as core
-from controlplane.jobs import adapters, state
+from controlplane.jobs import adapters, queue_state, state
 from controlplane.jobs.choices import ACTIVE, JobStatus, node_queue
 from controlplane.jobs.models import Job, Node
 from controlplane.lib import redis_clients
@@ -44,10 +44,17 @@ def schedule_pass() -> PassResult:
     """Decide and apply one scheduling pass; return what changed.
 
     Steps: 1. lock the tenant rows (one pass at a time), and settle drained nodes (a draining
-    node that holds no job becomes cordoned); 2. snapshot and decide;
-    3. ask victims to stop; 4. admit (launch on commit); 5. write waiting reasons;
-    6. write allocations, and push them to runs and browsers on commit.
+    node that holds no job becomes cordoned); 2. bring this process's queues up to date
+    (``queue_state``: the jobs changed since its last pass, or all of them) and decide;
+    3. ask victims to stop; 4. admit (launch on commit); 5. write the waiting reasons that
+    changed; 6. write allocations, and push them to runs and browsers on commit.
     """
+    state = queue_state.current()
+    with state.lock:
+        return _pass(state)
+
+
+def _pass(state: queue_state.QueueState) -> PassResult:
     from controlplane.jobs.nodes import nodes_message, nodes_settle_drained
 
     result = PassResult()
@@ -57,7 +64,18 @@ def schedule_pass() -> PassResult:
         # not wait for the whole pass, as it did under FOR UPDATE.
         tenants = list(Tenant.objects.select_for_update(no_key=True).order_by("pk"))
         nodes_settle_drained()
-        decision = core.schedule(adapters.snapshot(tenants), timezone.now().timestamp())
+        now = timezone.now()
+        # The queues as this process's last pass left them, brought up to date from the
+        # change feed (or read from scratch: then every waiting job's reason is written).
+        rebuilt = state.prepare(tenants, now)
+        # Only a committed pass is built on: one rolled back (here or by a caller's
+        # transaction) changed the queues and not the database.
+        transaction.on_commit(state.committed)
+        assert state.queues is not None
+        decision = core.decide(
+            state.queues, now.timestamp(), explain=rebuilt, explain_looked=not rebuilt
+        )
+        state.applied(decision)
         for preemption in decision.preemptions:
             if request_preemption(int(preemption.job_id), reason=preemption.reason):
                 result.preempted.append(int(preemption.job_id))
@@ -67,7 +85,14 @@ def schedule_pass() -> PassResult:
         for admission in decision.admissions:
             _admit(admitted[int(admission.job_id)], admission, addresses)
             result.admitted.append(int(admission.job_id))
-        _write_waiting(decision.waiting.values())
+        if rebuilt:
+            state.remember(decision.reasons)
+            waiting: Iterable[tuple[int, str, str]] = (
+                (int(w.job_id), w.detail, str(w.code)) for w in decision.waiting.values()
+            )
+        else:
+            waiting = state.explained(decision.reasons)
+        _write_waiting(waiting, state.written)
         result.allocations = _write_allocations(decision.allocations)
         # Every node's status, so the cluster page sees a node turn lost (no write says so).
         transaction.on_commit(lambda: publish(CLUSTER_GROUP, nodes_message()))
@@ -142,17 +167,19 @@ def placement_json(placement: core.Placement, addresses: Mapping[str, str]) -> d
     return {"nodes": nodes, "why": placement.why}
 
 
-def _write_waiting(waiting: Iterable[core.Waiting]) -> None:
-    """Store each waiting job's reason and code where they changed, one UPDATE per distinct
-    reason. The reason leaves out the queue position: every admission would move it for every
-    job behind, making each pass rewrite the whole queue; pages and the API read it live
-    (``services.queue_position``)."""
-    wanted = {int(w.job_id): (w.detail, str(w.code)) for w in waiting}
-    current = Job.objects.filter(status=JobStatus.QUEUED)
+def _write_waiting(
+    waiting: Iterable[tuple[int, str, str]], written: dict[int, tuple[str, str]]
+) -> None:
+    """Store each waiting job's (job, reason, code) where they differ from those stored
+    (``written``, kept up to date here), one UPDATE per distinct reason. The reason leaves out
+    the queue position: every admission would move it for every job behind, making each pass
+    rewrite the whole queue; pages and the API read it live (``services.queue_position``)."""
     changed: dict[tuple[str, str], list[int]] = {}
-    for pk, reason, code in current.values_list("pk", "status_reason", "wait_code"):
-        if pk in wanted and (reason, code) != wanted[pk]:
-            changed.setdefault(wanted[pk], []).append(pk)
+    for pk, reason, code in waiting:
+        wanted = (reason, code)
+        if written.get(pk) != wanted:
+            changed.setdefault(wanted, []).append(pk)
+            written[pk] = wanted
     for (reason, code), pks in changed.items():
         Job.objects.filter(pk__in=pks, status=JobStatus.QUEUED).update(
             status_reason=reason, wait_code=code

@@ -43,7 +43,7 @@ def request_schedule() -> None:
 
     Requests are coalesced: while a pass is queued and has not started, more requests send no
     other, since that pass reads their rows too. A burst of submits and job ends then costs a
-    few passes instead of one each (each pass reads every queued job).
+    few passes instead of one each (each pass has a fixed cost: locks, running jobs, quotas).
     """
     enqueue_once_on_commit(
         "workers.tasks.schedule_tick",

@@ -45,9 +45,11 @@ node's fabric; a job on one node uses none. ``place(job, nodes, links, running)`
 one job without admitting anything (a :class:`Placement` or an :class:`Unplaced`). A
 :class:`Cluster` without nodes is one pool, exactly as before.
 
-The simulator and the benchmarks keep a :class:`Queues` between decisions instead: they tell it
-each arrival (``submit``), end (``release``) and cluster change (``resize``), and
-``decide(now)`` looks only at the queues those changes may have unblocked.
+The control plane's workers, the simulator and the benchmarks keep a :class:`Queues` between
+decisions instead: they tell it each arrival (``submit``), withdrawal (``withdraw``), end
+(``release``) and cluster change (``resize``), and ``decide(queues, now)`` looks only at the
+queues those changes may have unblocked. With ``explain_looked`` its ``reasons`` say why each
+looked-at tenant's jobs wait, by equivalence class (:class:`WaitReasons`).
 
 When only links or priorities change, ``allocate(cluster=..., tenants=..., running=...,
 now=...)`` recomputes the allocations alone. When an admin lowers a quota below current use and
@@ -64,7 +66,7 @@ from .admission import Queues
 from .bandwidth import allocate, urgency, water_fill
 from .placement import Topology, Unplaced, links_from_ranks, place
 from .preemption import over_quota
-from .scheduler import schedule
+from .scheduler import decide, schedule
 from .types import (
     DEFAULT_QUEUE_POLICY,
     Admission,
@@ -88,6 +90,7 @@ from .types import (
     TenantUsage,
     WaitCode,
     Waiting,
+    WaitReasons,
 )
 
 __all__ = [
@@ -115,8 +118,10 @@ __all__ = [
     "Topology",
     "Unplaced",
     "WaitCode",
+    "WaitReasons",
     "Waiting",
     "allocate",
+    "decide",
     "links_from_ranks",
     "over_quota",
     "place",

@@ -32,18 +32,20 @@ dirty, and a reason and queue position for every waiting job (O(n log n) for n p
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import reasons
-from .backlog import ClassKey, TenantQueue, class_of, queue_order
+from .backlog import TenantQueue, class_of, queue_order
 from .fairshare import share
 from .preemption import Preemptor
 from .quota import BANDWIDTH, EPSILON, SLOTS, Account, Ledger, demand
 from .types import (
     Admission,
     AdmissionOrder,
+    ClassKey,
     Cluster,
     JobRequest,
     Options,
@@ -55,6 +57,7 @@ from .types import (
     TenantQuota,
     WaitCode,
     Waiting,
+    WaitReasons,
 )
 
 __all__ = ["Outcome", "Queues", "admit", "queue_order"]
@@ -69,24 +72,21 @@ UNPREEMPTABLE = frozenset({WaitCode.TOO_LARGE, WaitCode.NODE_SELECTOR})
 class Outcome:
     """The result of one admission pass; ``ledger`` holds the use after it. ``waiting`` holds
     every waiting job after :func:`admit` (or ``decide(explain=True)``), and is empty after a
-    plain :meth:`Queues.decide`: the sentences cost more than the decision."""
+    plain :meth:`Queues.decide`: the sentences cost more than the decision. ``reasons`` holds
+    why each tenant looked at waits, by equivalence class, when the decision explains."""
 
     admitted: list[JobRequest] = field(default_factory=list)
     admissions: list[Admission] = field(default_factory=list)
     victims: list[RunningJob] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     waiting: dict[str, Waiting] = field(default_factory=dict)
+    reasons: dict[str, WaitReasons] = field(default_factory=dict)
     ledger: Ledger
 
 
 def admit(snapshot: Snapshot, now: float = 0.0) -> Outcome:
     """Run one admission pass over ``snapshot``, with a reason for every waiting job."""
-    queues = Queues(snapshot.cluster, snapshot.tenants, snapshot.options)
-    for running in snapshot.running:
-        queues.hold(running)
-    for job in snapshot.pending:
-        queues.submit(job, now)
-    return queues.decide(now, explain=True)
+    return Queues.of(snapshot, now).decide(now, explain=True)
 
 
 class Queues:
@@ -95,11 +95,15 @@ class Queues:
     def __init__(
         self, cluster: Cluster, tenants: Iterable[TenantQuota], options: Options | None = None
     ) -> None:
-        self.ledger = Ledger(cluster, tenants)
+        self.tenants = list(tenants)  # as given (the ledger adds unknown ones, at zero quota)
+        self.ledger = Ledger(cluster, self.tenants)
         self.options = options or Options()
         self.running: dict[str, RunningJob] = {}
         self.queues: dict[str, TenantQueue] = {}
-        self.backoff: list[tuple[float, str, JobRequest]] = []  # (until, id, job)
+        # (until, id, push count, job): the count keeps a job withdrawn and submitted again
+        # from being compared with its stale entry.
+        self.backoff: list[tuple[float, str, int, JobRequest]] = []
+        self.pushes = itertools.count()
         self.in_backoff: dict[str, JobRequest] = {}
         self.dirty: set[str] = set()
         # Tenants last stopped by the cluster's capacity, with the least (slots, floor) that
@@ -108,6 +112,16 @@ class Queues:
         self.on_cohort: set[str] = set()  # tenants last stopped by their cohort's idle quota
         self.recheck_at = math.inf  # when a preemption protection that refused a victim ends
 
+    @classmethod
+    def of(cls, snapshot: Snapshot, now: float = -math.inf) -> Queues:
+        """The state a snapshot describes: its running jobs held, its pending jobs queued."""
+        queues = cls(snapshot.cluster, snapshot.tenants, snapshot.options)
+        for running in snapshot.running:
+            queues.hold(running)
+        for job in snapshot.pending:
+            queues.submit(job, now)
+        return queues
+
     # --- events ---------------------------------------------------------------------------
 
     def submit(self, job: JobRequest, now: float = -math.inf) -> None:
@@ -115,7 +129,7 @@ class Queues:
         until = self.options.backoff_until(job)
         if until > now:
             self.in_backoff[job.id] = job
-            heapq.heappush(self.backoff, (until, job.id, job))
+            heapq.heappush(self.backoff, (until, job.id, next(self.pushes), job))
             return
         self.queues.setdefault(job.tenant, TenantQueue()).push(job)
         self.dirty.add(job.tenant)
@@ -125,6 +139,17 @@ class Queues:
         if self.in_backoff.pop(job_id, None) is None and tenant in self.queues:
             self.queues[tenant].discard(job_id)
             self.dirty.add(tenant)  # it may have been the head of a StrictFIFO queue
+
+    def pending(self, job_id: str, tenant: str) -> JobRequest | None:
+        """The waiting job ``job_id`` of ``tenant`` (queued or in back-off), or None."""
+        found = self.in_backoff.get(job_id)
+        if found is None and tenant in self.queues:
+            found = self.queues[tenant].live.get(job_id)
+        return found
+
+    def touch(self, tenant: str) -> None:
+        """Look at ``tenant`` in the next decision (and explain its waiting jobs then)."""
+        self.dirty.add(tenant)
 
     def hold(self, job: RunningJob) -> None:
         """Count ``job`` as holding slots (a snapshot's running job)."""
@@ -181,29 +206,35 @@ class Queues:
 
     # --- decisions ------------------------------------------------------------------------
 
-    def decide(self, now: float, *, explain: bool = False) -> Outcome:
+    def decide(self, now: float, *, explain: bool = False, explain_looked: bool = False) -> Outcome:
         """Admit what fits at ``now`` and apply it to this state (see the module docstring).
 
         With ``explain``, every tenant is looked at and every waiting job gets a reason and a
         queue position; otherwise only dirty tenants are, and ``waiting`` holds only the class
-        heads looked at.
+        heads looked at. With ``explain_looked``, ``reasons`` says why the jobs of the tenants
+        looked at (and of those touched, whose jobs may all be in back-off) wait, by
+        equivalence class, and ``waiting`` stays empty: what changed is explained, at a cost
+        that follows the classes looked at, not the jobs in them.
         """
         self._end_backoff(now)
         if explain or now >= self.recheck_at:
             self.dirty.update(self.queues)
             self.recheck_at = math.inf
-        tenants = [t for t in sorted(self.dirty) if self.queues.get(t)]
+        touched = self.dirty
+        tenants = [t for t in sorted(touched) if self.queues.get(t)]
         self.dirty = set()
-        turns = _Pass(self, now, tenants, explain=explain)
+        turns = _Pass(self, now, tenants, explain=explain or explain_looked)
         outcome = turns.run()
         if explain:
             turns.explain_all()
+        elif explain_looked:
+            turns.explain_reasons(touched | turns.version.keys())
         self._apply(outcome, now, turns.preemptor)
         return outcome
 
     def _end_backoff(self, now: float) -> None:
         while self.backoff and self.backoff[0][0] <= now:
-            _, job_id, job = heapq.heappop(self.backoff)
+            _, job_id, _, job = heapq.heappop(self.backoff)
             if self.in_backoff.get(job_id) is job:
                 del self.in_backoff[job_id]
                 self.submit(job, now)
@@ -471,10 +502,12 @@ class _Pass:
             by_tenant.setdefault(tenant, []).extend(queue.jobs())
         for job in state.in_backoff.values():
             by_tenant.setdefault(job.tenant, []).append(job)
+        self.explain_reasons(by_tenant)
         for tenant, jobs in by_tenant.items():
+            why = self.outcome.reasons[tenant]
             jobs.sort(key=queue_order)
             for position, job in enumerate(jobs, start=1):
-                code, detail = self._why(tenant, job)
+                code, detail = why.of(job.id, class_of(job))
                 self.outcome.waiting[job.id] = Waiting(
                     job_id=job.id,
                     tenant=tenant,
@@ -485,17 +518,28 @@ class _Pass:
                     detail=f"waiting: {detail}",
                 )
 
-    def _why(self, tenant: str, job: JobRequest) -> tuple[WaitCode, str]:
-        if job.id in self.state.in_backoff:
-            options = self.state.options
-            until = options.backoff_until(job)
-            launch = until == options.launch_backoff_until(job)
-            return WaitCode.BACKOFF, reasons.backoff(job, until, launch=launch)
-        failed = self.failed.get(tenant, {}).get(class_of(job))
-        head = self.blocked.get(tenant)
-        if head is not None and job is not head:
-            return WaitCode.BLOCKED_BY_HEAD, reasons.blocked(head)
-        if failed is not None:
-            return failed[0], failed[1]
-        # A classical queue that admitted its one job this decision: the rest wait their turn.
-        return WaitCode.NEXT_TURN, reasons.next_turn(tenant)
+    def explain_reasons(self, tenants: Iterable[str]) -> None:
+        """Say why the jobs of ``tenants`` wait, by equivalence class (``outcome.reasons``)."""
+        wanted = set(tenants)
+        backoff: dict[str, dict[str, tuple[WaitCode, str]]] = {t: {} for t in wanted}
+        options = self.state.options
+        for job in self.state.in_backoff.values():
+            if job.tenant in wanted:
+                until = options.backoff_until(job)
+                launch = until == options.launch_backoff_until(job)
+                why = (WaitCode.BACKOFF, reasons.backoff(job, until, launch=launch))
+                backoff[job.tenant][job.id] = why
+        for tenant in wanted:
+            head = self.blocked.get(tenant)
+            failed = self.failed.get(tenant, {})
+            behind = None if head is None else (WaitCode.BLOCKED_BY_HEAD, reasons.blocked(head))
+            self.outcome.reasons[tenant] = WaitReasons(
+                tenant=tenant,
+                classes={key: (code, detail) for key, (code, detail, _) in failed.items()},
+                # A classical queue that admitted its one job this decision: the rest wait
+                # their turn.
+                next_turn=(WaitCode.NEXT_TURN, reasons.next_turn(tenant)),
+                blocked=None if head is None else head.id,
+                blocked_by=behind,
+                backoff=backoff[tenant],
+            )

@@ -16,10 +16,7 @@ import heapq
 import itertools
 from collections.abc import Iterator
 
-from .types import JobRequest
-
-# priority, slots, floor bit/s, node selector (sorted label pairs)
-ClassKey = tuple[int, int, float, tuple[tuple[str, str], ...]]
+from .types import ClassKey, JobRequest
 
 
 def queue_order(job: JobRequest) -> tuple[int, float, str]:
@@ -82,6 +79,13 @@ class TenantQueue:
                 heads.append((queue_order(job), key))
         heapq.heapify(heads)
         return heads
+
+    def members(self, key: ClassKey) -> Iterator[JobRequest]:
+        """Every live job of class ``key``, in no particular order."""
+        live = self.live
+        for _, job_id, _, job in self.classes.get(key, ()):
+            if live.get(job_id) is job:
+                yield job
 
     def jobs(self) -> Iterator[JobRequest]:
         """Every live job, in no particular order."""

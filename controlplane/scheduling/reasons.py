@@ -66,7 +66,10 @@ def _unplaced(code: WaitCode, job: JobRequest, ledger: Ledger) -> str:
 
 
 def blocked(head: JobRequest) -> str:
-    return f"behind job {head.id} at the head of tenant {head.tenant}'s StrictFIFO queue"
+    """Why a job waits behind ``head``. The head is not named: it changes with every admission,
+    and a store would rewrite every job behind it each time (its queue position, 1, is read
+    live like every job's)."""
+    return f"behind the head of tenant {head.tenant}'s StrictFIFO queue, which does not fit yet"
 
 
 def backoff(job: JobRequest, until: float, *, launch: bool = False) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .admission import Outcome, admit
+from .admission import Outcome, Queues
 from .bandwidth import allocate
 from .quota import BANDWIDTH, SLOTS
-from .types import Allocation, Decision, JobRequest, Snapshot, TenantUsage
+from .types import Allocation, Decision, Snapshot, TenantUsage
 
 
 def schedule(snapshot: Snapshot, now: float) -> Decision:
@@ -17,15 +17,27 @@ def schedule(snapshot: Snapshot, now: float) -> Decision:
     allocation and every waiting reason.
     """
     _check_unique(snapshot)
-    outcome = admit(snapshot, now)
-    gone = {v.id for v in outcome.victims}
-    holding: list[JobRequest] = [r for r in snapshot.running if r.id not in gone]
-    holding.extend(outcome.admitted)
+    return decide(Queues.of(snapshot, now), now, explain=True)
+
+
+def decide(
+    queues: Queues, now: float, *, explain: bool = False, explain_looked: bool = False
+) -> Decision:
+    """One decision of ``queues`` (:meth:`Queues.decide`, applied to it), with the bandwidth
+    of every job that holds slots after it and each tenant's use.
+
+    A caller that keeps ``queues`` between decisions (told of every arrival, end and change)
+    gets the decision :func:`schedule` would give from a snapshot of the same jobs; its
+    ``waiting`` then holds the jobs of the tenants looked at (``explain_looked``) or only the
+    class heads tried.
+    """
+    outcome = queues.decide(now, explain=explain, explain_looked=explain_looked)
+    ledger = queues.ledger
     placements = {a.job_id: a.placement for a in outcome.admissions if a.placement is not None}
     allocations = allocate(
-        cluster=snapshot.cluster,
-        tenants=snapshot.tenants,
-        running=holding,
+        cluster=ledger.cluster,
+        tenants=queues.tenants,
+        running=list(queues.running.values()),
         now=now,
         placements=placements,
     )
@@ -35,6 +47,7 @@ def schedule(snapshot: Snapshot, now: float) -> Decision:
         waiting=outcome.waiting,
         allocations=allocations,
         usage=_usage(outcome, allocations),
+        reasons=outcome.reasons,
     )
 
 

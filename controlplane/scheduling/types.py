@@ -549,6 +549,44 @@ class Waiting:
     detail: str = ""
 
 
+# A job's equivalence class: priority, slots, floor bit/s, node selector (sorted label pairs).
+ClassKey = tuple[int, int, float, tuple[tuple[str, str], ...]]
+Reason = tuple["WaitCode", str]  # a wait code and its sentence (without the queue position)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WaitReasons:
+    """Why one tenant's jobs wait after a decision that looked at it.
+
+    Every job of an equivalence class waits for the same reason (that of the class's head),
+    so a store can rewrite a class's jobs only when the class's reason changed: ``of_class``.
+    The exceptions are named: the head that blocks a StrictFIFO queue, and jobs in back-off.
+    """
+
+    tenant: str
+    classes: Mapping[ClassKey, Reason]  # classes whose head did not fit
+    next_turn: Reason  # the other classes (a classical queue admitted its one job)
+    blocked: str | None = None  # StrictFIFO: every job but this one waits behind it...
+    blocked_by: Reason | None = None  # ...for this reason
+    backoff: Mapping[str, Reason] = field(default_factory=dict)  # job id -> its reason
+
+    def of_class(self, key: ClassKey) -> Reason:
+        """The reason of every job of class ``key`` except the blocking head and jobs in
+        back-off."""
+        if self.blocked_by is not None:
+            return self.blocked_by
+        return self.classes.get(key, self.next_turn)
+
+    def of(self, job_id: str, key: ClassKey) -> Reason:
+        """The reason of job ``job_id`` of class ``key``."""
+        found = self.backoff.get(job_id)
+        if found is not None:
+            return found
+        if job_id == self.blocked:
+            return self.classes.get(key, self.next_turn)
+        return self.of_class(key)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Allocation:
     """Bandwidth granted to one running job. ``floor_met`` is False only when the fabric has
@@ -587,7 +625,9 @@ class Decision:
     - ``waiting``: every pending job not admitted, keyed by job id, in queue order per tenant;
     - ``allocations``: bandwidth for every job that holds slots after the decision (running
       jobs minus victims plus admissions), keyed by job id;
-    - ``usage``: per tenant, keyed by tenant name.
+    - ``usage``: per tenant, keyed by tenant name;
+    - ``reasons``: per tenant looked at, why its jobs wait, by equivalence class (filled when
+      the decision explains: :class:`WaitReasons`).
     """
 
     admissions: tuple[Admission, ...]
@@ -595,3 +635,4 @@ class Decision:
     waiting: Mapping[str, Waiting]
     allocations: Mapping[str, Allocation]
     usage: Mapping[str, TenantUsage]
+    reasons: Mapping[str, WaitReasons] = field(default_factory=dict)

@@ -5,12 +5,17 @@
 
 One process, a fresh SQLite database and a private Redis: 10 tenants of 4 slots each and a
 queue of ``noop`` jobs (1 to 4 ranks) that grows to each depth. At each depth, after one pass
-has settled the admissions and waiting reasons, the CPU time of: the snapshot the pass reads
-(``jobs.adapters.snapshot``: every queued job), the core's decision from that snapshot
-(``scheduling.schedule``: from scratch), and a whole pass (``jobs.scheduler.schedule_pass``:
-both, plus writing reasons and allocations). The pure core keeps a ``Queues`` between decisions
-and looks only at what changed (``bench_scheduler.py``); the control plane's pass does not yet,
-so its cost grows with the queue. Results go to ``bench-results/pass.json``.
+has settled the admissions and waiting reasons, the CPU time of:
+
+- the snapshot a pass from scratch reads (``jobs.adapters.snapshot``: every queued job), and
+  the core's decision from it (``scheduling.schedule``);
+- a whole pass from scratch (``jobs.scheduler.schedule_pass`` with the process's kept queues
+  forgotten first: both of the above, plus writing every reason and the allocations);
+- a whole pass that keeps its queues (``jobs.queue_state``), as a worker's passes do: after one
+  job was submitted (it waits: its tenant's quota is full), and after a running job ended
+  (the next of its tenant is admitted).
+
+Each figure is the best of three. Results go to ``bench-results/pass.json``.
 """
 
 from __future__ import annotations
@@ -48,12 +53,15 @@ def main() -> int:
     finally:
         stack.stop()
     print()
-    print("| queued jobs | snapshot (ms) | decision from scratch (ms) | whole pass (ms) |")
-    print("|---:|---:|---:|---:|")
+    print(
+        "| queued jobs | snapshot (ms) | decision from scratch (ms) | pass from scratch (ms) "
+        "| kept queues, a job submitted (ms) | kept queues, a job ended (ms) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['queued']:,} | {r['snapshot_ms']:.0f} | {r['decision_ms']:.0f} "
-            f"| {r['pass_ms']:.0f} |"
+            f"| {r['pass_ms']:.0f} | {r['pass_submit_ms']:.1f} | {r['pass_end_ms']:.1f} |"
         )
     OUT.parent.mkdir(exist_ok=True)
     command = "python tests/benchmarks/bench_pass.py" + (" --quick" if args.quick else "")
@@ -89,7 +97,7 @@ def measure(depths: list[int]) -> list[dict[str, Any]]:
     from django.utils import timezone
 
     from controlplane import scheduling as core
-    from controlplane.jobs import adapters
+    from controlplane.jobs import adapters, queue_state
     from controlplane.jobs.models import Job, Queue
     from controlplane.jobs.scheduler import schedule_pass
     from controlplane.tenancy.models import Tenant
@@ -121,28 +129,46 @@ def measure(depths: list[int]) -> list[dict[str, Any]]:
         snapshot_s = _cpu(partial(adapters.snapshot, locked))
         snap = adapters.snapshot(locked)
         decision_s = _cpu(lambda s=snap: core.schedule(s, timezone.now().timestamp()))
-        pass_s = _cpu(schedule_pass)
+        pass_s = _cpu(schedule_pass, setup=queue_state.current().reset)
+        schedule_pass()  # the kept queues are built again
+        submit_s = _cpu(schedule_pass, setup=partial(_submit_one, tenants[0], queues[0]))
+        end_s = _cpu(schedule_pass, setup=_end_one)
         queued = Job.objects.filter(status="queued").count()
-        rows.append(
-            {
-                "queued": queued,
-                "snapshot_ms": snapshot_s * 1e3,
-                "decision_ms": decision_s * 1e3,
-                "pass_ms": pass_s * 1e3,
-            }
-        )
-        print(
-            f"  {queued} queued: snapshot {snapshot_s * 1e3:.0f} ms, decision "
-            f"{decision_s * 1e3:.0f} ms, pass {pass_s * 1e3:.0f} ms",
-            flush=True,
-        )
+        row = {
+            "queued": queued,
+            "snapshot_ms": snapshot_s * 1e3,
+            "decision_ms": decision_s * 1e3,
+            "pass_ms": pass_s * 1e3,
+            "pass_submit_ms": submit_s * 1e3,
+            "pass_end_ms": end_s * 1e3,
+        }
+        rows.append(row)
+        print("  " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
     return rows
 
 
-def _cpu(fn: Any) -> float:
-    """CPU seconds of ``fn()``, the best of three."""
+def _submit_one(tenant: Any, queue: Any) -> None:
+    from controlplane.jobs.models import Job
+
+    Job.objects.create(
+        tenant=tenant, queue=queue, name="one", workload="noop", world_size=1, steps=1
+    )
+
+
+def _end_one() -> None:
+    from controlplane.jobs.models import Job
+
+    job = Job.objects.filter(status="admitted").order_by("pk").first()
+    assert job is not None, "no admitted job to end"
+    Job.objects.filter(pk=job.pk).update(status="succeeded")
+
+
+def _cpu(fn: Any, setup: Any = None) -> float:
+    """CPU seconds of ``fn()`` (after ``setup()``, not counted), the best of three."""
     best = float("inf")
     for _ in range(3):
+        if setup is not None:
+            setup()
         began = time.process_time()
         fn()
         best = min(best, time.process_time() - began)

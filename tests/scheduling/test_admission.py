@@ -91,7 +91,7 @@ def test_it_blocks_a_strict_fifo_queue_behind_a_head_that_does_not_fit() -> None
     decision = decide([quota], pending, [running("r", "vision", 2)])
     assert admitted_ids(decision) == []
     assert decision.waiting["small"].code is WaitCode.BLOCKED_BY_HEAD
-    assert "behind job head" in decision.waiting["small"].reason
+    assert "behind the head of tenant vision's StrictFIFO queue" in decision.waiting["small"].reason
 
 
 def test_it_lets_smaller_jobs_pass_in_a_best_effort_fifo_queue() -> None:

@@ -4,6 +4,7 @@ k times while no new higher-priority job arrives."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -65,6 +66,20 @@ def test_a_job_ending_wakes_the_tenants_waiting_on_the_cluster() -> None:
     assert queues.decide(1.0).admitted == []
     queues.release("v")
     assert [j.id for j in queues.decide(2.0).admitted] == ["n"]
+
+
+def test_a_job_in_back_off_withdrawn_and_submitted_again_keeps_one_place() -> None:
+    """The control plane withdraws a changed job and submits it again as it is now; a job in
+    back-off may come back with the same back-off end (and its progress read anew)."""
+    options = Options(backoff_base_s=10.0, backoff_max_s=60.0)
+    queues = Queues(CLUSTER, [tenant("vision", slots=4)], options)
+    evicted = job("j", "vision", 2, evictions=1, requeued_at=0.0)
+    queues.submit(evicted, now=1.0)
+    queues.withdraw("j", "vision")
+    queues.submit(dataclasses.replace(evicted, remaining_steps=5.0), now=1.0)
+    assert queues.decide(5.0).admitted == []
+    assert [j.id for j in queues.decide(10.0).admitted] == ["j"]
+    assert queues.pending_count() == 0
 
 
 def count_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
