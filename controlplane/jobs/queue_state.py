@@ -81,7 +81,6 @@ class QueueState:
         """Bring the queues up to date with the database (inside the pass's transaction,
         tenants locked). Returns True if they were read from scratch."""
         quotas, options = adapters.tenant_quotas(tenants), adapters.options()
-        running = adapters.holding(tenants)
         changed = None
         if (
             self.valid
@@ -94,10 +93,13 @@ class QueueState:
             changed = self._read_feed()
         self.valid = False
         if changed is None or len(changed) > CATCH_UP_MAX:
-            self._rebuild(tenants, quotas, options, running, now)
+            self._rebuild(tenants, quotas, options, now)
             return True
         assert self.queues is not None
         self._catch_up(changed, tenants, now.timestamp())
+        # Read after the feed: a job requeued in between is then in neither (until the next
+        # pass), never in both.
+        running = adapters.holding(tenants)
         self._hold(running, now.timestamp())
         cluster = adapters.cluster(running, now)
         if cluster != self.queues.ledger.cluster:
@@ -168,13 +170,13 @@ class QueueState:
         tenants: list[Tenant],
         quotas: list[core.TenantQuota],
         options: core.Options,
-        running: list[Job],
         now: dt.datetime,
     ) -> None:
         self.reset()
         # The feed's position first: what commits after it is read again at the next pass.
         self._mark(now)
         pending = adapters.queued(tenants)
+        running = adapters.holding(tenants)  # after: a job requeued in between is in neither
         snapshot = core.Snapshot(
             cluster=adapters.cluster(running, now),
             tenants=quotas,
