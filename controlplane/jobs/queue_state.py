@@ -110,8 +110,9 @@ class QueueState:
         """The pass applied ``decision``: admitted jobs left the queue; victims are not back in
         it until their supervisor requeues them (the feed then says so)."""
         assert self.queues is not None
-        for admission in decision.admissions:
-            self._forget(int(admission.job_id))
+        for admission in decision.admissions:  # (the decision took them off the queues)
+            self.tenant_of.pop(int(admission.job_id), None)
+            self.written.pop(int(admission.job_id), None)
         for preemption in decision.preemptions:
             self.queues.withdraw(preemption.job_id, preemption.tenant)
 
