@@ -199,7 +199,9 @@ class QueueState:
         marker = QueueChange.objects.create(job_id=0)
         marker.refresh_from_db(fields=["at"])
         self.anchor = (marker.pk, marker.at)
-        cutoff = now - dt.timedelta(seconds=max(PRUNE_AFTER_S, 2 * _rebuild_s()))
+        cutoff = now - dt.timedelta(
+            seconds=max(PRUNE_AFTER_S, 2 * settings.SYNCLANE_SCHEDULE_REBUILD_S)
+        )
         QueueChange.objects.filter(at__lt=cutoff, pk__lt=marker.pk).delete()
 
     def _anchor_holds(self) -> bool:
@@ -296,10 +298,6 @@ def _transaction_ids() -> tuple[int, int]:
         )
         xmin, own = cursor.fetchone()
     return int(xmin), int(own)
-
-
-def _rebuild_s() -> float:
-    return float(settings.SYNCLANE_SCHEDULE_REBUILD_S)
 
 
 _STATE = QueueState()

@@ -25,7 +25,8 @@ freed as much of the cluster as one of its classes needed; a protection or back-
 or the cluster changed. So
 a decision costs O(d x c log t) for d dirty tenants with c classes each, whatever the backlog.
 
-:func:`admit` is the one-shot form: a fresh :class:`Queues` from a snapshot, every tenant
+``Queues.of(snapshot).decide(now, explain=True)`` is the one-shot form (what
+:func:`~.scheduler.schedule` runs): a fresh :class:`Queues` from a snapshot, every tenant
 dirty, and a reason and queue position for every waiting job (O(n log n) for n pending jobs).
 """
 
@@ -60,7 +61,7 @@ from .types import (
     WaitReasons,
 )
 
-__all__ = ["Outcome", "Queues", "admit", "queue_order"]
+__all__ = ["Outcome", "Queues", "queue_order"]
 
 # Wait codes that only the cluster's free capacity can lift.
 CLUSTER_CODES = frozenset({WaitCode.CLUSTER_SLOTS, WaitCode.CLUSTER_BANDWIDTH})
@@ -71,7 +72,7 @@ UNPREEMPTABLE = frozenset({WaitCode.TOO_LARGE, WaitCode.NODE_SELECTOR})
 @dataclass(kw_only=True, slots=True)
 class Outcome:
     """The result of one admission pass; ``ledger`` holds the use after it. ``waiting`` holds
-    every waiting job after :func:`admit` (or ``decide(explain=True)``), and is empty after a
+    every waiting job after ``decide(explain=True)``, and is empty after a
     plain :meth:`Queues.decide`: the sentences cost more than the decision. ``reasons`` holds
     why each tenant looked at waits, by equivalence class, when the decision explains."""
 
@@ -82,11 +83,6 @@ class Outcome:
     waiting: dict[str, Waiting] = field(default_factory=dict)
     reasons: dict[str, WaitReasons] = field(default_factory=dict)
     ledger: Ledger
-
-
-def admit(snapshot: Snapshot, now: float = 0.0) -> Outcome:
-    """Run one admission pass over ``snapshot``, with a reason for every waiting job."""
-    return Queues.of(snapshot, now).decide(now, explain=True)
 
 
 class Queues:
