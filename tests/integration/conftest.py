@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 
 from controlplane import devstack
@@ -203,3 +204,8 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Live]
         database_url=database_url,
     ) as stack:
         yield stack
+    # The stack wrote until it stopped, after the last test's flush (a beat tick's pass, a
+    # node heartbeat): empty the database again, as that flush does, so that the tests run
+    # next start from nothing.
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
