@@ -63,6 +63,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-fp16": ("adaptive", {"compress": "fp16"}),
     # Fewer, larger collectives: full's 1 MB buckets instead of adaptive's 64 KB.
     "adaptive-1mb": ("adaptive", {"bucket_cap_mb": 1.0}),
+    # Models with no attention: a smaller measured critical set (default: a third of the bytes).
+    "adaptive-cs6": ("adaptive", {"critical_share": 1 / 6}),
+    "adaptive-cs12": ("adaptive", {"critical_share": 1 / 12}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 # Models of workers.workloads.zoo run as "zoo:<name>" (e.g. --models zoo:rnn_lm,zoo:convnet).
@@ -73,6 +76,8 @@ SEED_REGIME_SHARE = 0.60  # the seed regime: full spends at least this share com
 CALIBRATION_AIM = 0.67  # the share the calibration aims at (above 0.60: estimates err)
 PROBE_STEPS = 40
 SEED = "seed"  # the seed regime's name in --regimes
+# Per-run figures kept in the rows (means over the budget's steps; see train_run).
+DIAGNOSTICS = ("enhanced_share", "fast_link_share", "critical_fraction")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -184,6 +189,7 @@ def rows_of(
             "target_val_loss": round(target, 5),
             "time_to_target_s": None if ttt is None else round(ttt, 3),
             "bytes_per_step": round(run["bytes_per_step"], 1),
+            **{k: round(run[k], 3) for k in DIAGNOSTICS if k in run},
         }
         if full is not None:
             t_full = full["t_budget"] / (budget * batch)
@@ -580,7 +586,7 @@ def train_run(
     clock = 0.0
     times: list[float] = []
     evals: list[tuple[int, float]] = []
-    sent = 0.0
+    counted: list[dict[str, float]] = []  # the session's figures of each step of the budget
     val_at_budget = math.nan
     reached = False
     for step in range(1, last + 1):
@@ -597,7 +603,7 @@ def train_run(
             clock += time.perf_counter() - t0
             times.append(clock)
             if step <= budget:
-                sent += session.pop_step_stats()["bytes_sent"]
+                counted.append(session.pop_step_stats())
             val = evaluate_average(wl, net, shadow)
             evals.append((step, val))
             if step == budget:
@@ -609,7 +615,7 @@ def train_run(
             clock += time.perf_counter() - t0
             times.append(clock)
             if step <= budget:
-                sent += session.pop_step_stats()["bytes_sent"]
+                counted.append(session.pop_step_stats())
     session.close()
     agreed = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # the slowest rank's clock
@@ -624,7 +630,12 @@ def train_run(
         "samples_per_step": wl.samples_per_step * world,
         "t_budget": float(agreed[min(budget, run_steps) - 1]),
         "val_at_budget": val_at_budget,
-        "bytes_per_step": sent / min(budget, run_steps),
+        "bytes_per_step": sum(c["bytes_sent"] for c in counted) / min(budget, run_steps),
+        # Where adaptive's bytes went: steps with sync enhanced by a drift alarm (H = 1),
+        # in fast-link mode, and the mean share of parameters synced every step.
+        "enhanced_share": statistics.fmean(c.get("sync_enhanced", 0.0) for c in counted),
+        "fast_link_share": statistics.fmean(c.get("fast_link", 0.0) for c in counted),
+        "critical_fraction": statistics.fmean(c.get("critical_fraction", 1.0) for c in counted),
         "step_mean": float(step_times.mean()) if len(step_times) else math.nan,
         "evals": [[s, float(agreed[s - 1]), v] for s, v in evals],
     }

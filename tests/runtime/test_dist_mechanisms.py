@@ -145,8 +145,9 @@ def test_adaptive_syncs_everything_while_the_link_is_cheap(tmp_path: Path) -> No
     # one per small adaptive bucket.
     assert all(s["collectives"] == 2 for s in fast), steps
     assert all(s["replicas_equal"] for s in steps[:8])
-    # Quick steps (9-16): the link is no longer cheap; selective sync with fewer bytes.
-    selective = steps[11:]
+    # Quick steps (9-20): the link is no longer cheap; selective sync with fewer bytes once
+    # most of the last 9 steps were quick, and it stays on through one slow step (17).
+    selective = steps[14:]
     assert all(s["fast_link"] == 0.0 for s in selective), steps
     assert all(s["bytes"] < 0.6 * full_bytes for s in selective[1:]), steps
 

@@ -42,6 +42,9 @@ class RuntimeConfig:
     critical: str | None = (
         None  # regex of parameter names synced every step (adaptive); None: attention
     )
+    # adaptive, when no parameter name matches ``critical``: the parameters that moved most
+    # during warm-up become critical, up to this share of the parameter bytes.
+    critical_share: float = 1 / 3
     sync_period: int = 8  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 32  # upper bound of H (the allocation bound stops here)
     # DDP bucket size (fusion of small tensors into buckets); None: the strategy's default,
@@ -95,6 +98,10 @@ class RuntimeConfig:
             raise ValueError(
                 f"need 1 <= {_label('sync_period')} <= {_label('max_sync_period')}, "
                 f"got {self.sync_period}, {self.max_sync_period}"
+            )
+        if not 0 < self.critical_share <= 1:
+            raise ValueError(
+                f"{_label('critical_share')} must be in (0, 1], got {self.critical_share}"
             )
         if self.bucket_cap_mb is not None:
             _require_positive("bucket_cap_mb", self.bucket_cap_mb)
@@ -172,6 +179,7 @@ class RuntimeConfig:
             "probe_every": _int(e, p.ENV_PROBE_EVERY, 50),
             "fault": _str(e, p.ENV_FAULT),
             "critical": _str(e, p.ENV_CRITICAL),
+            "critical_share": _float(e, p.ENV_CRITICAL_SHARE, 1 / 3),
             "local_step_scale": _float_or_none(e, p.ENV_LOCAL_STEP_SCALE),
             "bucket_cap_mb": _float_or_none(e, p.ENV_BUCKET_CAP_MB),
             "compress": _str(e, p.ENV_COMPRESS) or "bf16",
@@ -206,6 +214,7 @@ FIELD_ENV: Mapping[str, str] = {
     "probe_every": p.ENV_PROBE_EVERY,
     "fault": p.ENV_FAULT,
     "critical": p.ENV_CRITICAL,
+    "critical_share": p.ENV_CRITICAL_SHARE,
     "local_step_scale": p.ENV_LOCAL_STEP_SCALE,
     "bucket_cap_mb": p.ENV_BUCKET_CAP_MB,
     "compress": p.ENV_COMPRESS,

@@ -71,6 +71,9 @@ ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 
 ENV_REISSUE_AFTER_S: Final = "SYNCLANE_REISSUE_AFTER_S"  # late-chunk re-issue; 0: never
 ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
 ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (adaptive)
+# adaptive, when no parameter name matches: share of the parameter bytes made critical by
+# measured movement at the end of warm-up.
+ENV_CRITICAL_SHARE: Final = "SYNCLANE_CRITICAL_SHARE"
 # "1": adaptive decides on a fixed schedule, never from measured timing (reproducible runs).
 ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
 # Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import warnings
+from collections import deque
 from typing import Any, NamedTuple
 
 import torch
@@ -46,14 +48,14 @@ AVERAGING_BUDGET = 0.25
 PROMOTION_THRESHOLD = 0.25
 # Extra bytes, as a share of all parameter bytes, that promoted (non-attention) params may add.
 PROMOTION_BUDGET = 0.10
-# A model with no parameter matching the critical pattern (no attention layers): at the end
-# of warm-up the parameters that moved most relative to their size during warm-up (update-to-
-# weight ratio, agreed across ranks) become critical, up to this share of all parameter bytes
-# (about what attention holds in a transformer).
-MEASURED_CRITICAL_SHARE = 1 / 3
 # A promoted parameter is demoted only when its score falls under this share of the
 # promotion threshold (hysteresis: each promotion costs an optimizer-state average).
 DEMOTION_SHARE = 0.5
+# The step time the link decisions read: the median of the last this many agreed step times.
+# A step's time runs from the end of the previous one, so it includes whatever the script did
+# in between (an evaluation, a checkpoint, logging); one such step read as it is made the link
+# look idle (measured: an evaluation every 10 steps put adaptive in fast-link mode each time).
+STEP_TIME_WINDOW = 9
 # Margin on the steps an average is expected to travel before it is applied (one applied
 # too early is waited for; one applied later is staler, which costs loss).
 LAG_MARGIN = 1.25
@@ -66,7 +68,7 @@ class Adaptive(Strategy):
       score) have their gradients averaged globally every step in the comm hook. A model with
       no parameter matching the pattern gets a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
-      ranks), up to ``MEASURED_CRITICAL_SHARE`` of the bytes (``_choose_measured_critical``).
+      ranks), up to ``critical_share`` of the bytes (``_choose_measured_critical``).
     * **Non-critical** parameters keep their local gradient and are averaged as parameters
       every H steps. H follows AdaComm: ``H = ceil(H0 * sqrt(loss / loss0))`` (shrinks as
       the loss falls), bounded below by the allocation (averaging may take at most
@@ -137,6 +139,7 @@ class Adaptive(Strategy):
         self.loss0: float | None = None
         self.loss_ema: float | None = None
         self.scores: dict[str, float] = {}
+        self.step_times: deque[float] = deque(maxlen=STEP_TIME_WINDOW)  # agreed (slowest rank)
         self._pending: _PendingAverage | None = None
         dtype = wire_dtype(config.compress)
         self.state: SelectiveState = SelectiveState(
@@ -173,7 +176,8 @@ class Adaptive(Strategy):
             warnings.warn(
                 f"adaptive: no parameter name matches {what}; the parameters that move most "
                 f"during the {self.config.warmup_steps} warm-up steps (update-to-weight ratio) "
-                f"become critical, up to {MEASURED_CRITICAL_SHARE:.0%} of the parameter bytes. "
+                f"become critical, up to {self.config.critical_share:.0%} of the parameter bytes "
+                "(SYNCLANE_CRITICAL_SHARE). "
                 "Set SYNCLANE_CRITICAL to a regex of parameter names to choose them yourself.",
                 RuntimeWarning,
                 stacklevel=3,
@@ -208,6 +212,7 @@ class Adaptive(Strategy):
         return relative_distance(flat(params), flat([self.synced[n] for n in self.noncritical]))
 
     def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
+        self.step_times.append(max(table[:, COL["step_time_s"]].tolist()))
         losses = [v for v in table[:, COL["loss"]].tolist() if math.isfinite(v)]
         if losses:
             mean = sum(losses) / len(losses)
@@ -322,14 +327,14 @@ class Adaptive(Strategy):
 
         Movement is the relative distance from the initial values (``synced`` holds them
         until the first selective step), averaged across ranks so all agree even without a
-        warm-up; greedy by movement, within ``MEASURED_CRITICAL_SHARE`` of the bytes.
+        warm-up; greedy by movement, within ``critical_share`` of the bytes.
         """
         moved = torch.tensor(
             [relative_distance(q.detach().reshape(-1), self.synced[n]) for n, q in self.named],
             dtype=torch.float64,
         ).div_(self.world_size)
         self.engine.allreduce(moved)
-        budget = MEASURED_CRITICAL_SHARE * self.total_bytes
+        budget = self.config.critical_share * self.total_bytes
         chosen: list[str] = []
         order = sorted(range(len(self.named)), key=lambda i: (-float(moved[i]), i))
         for i in order:
@@ -361,8 +366,9 @@ class Adaptive(Strategy):
         self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
 
     def _link_seconds(self, table: torch.Tensor) -> _LinkSeconds | None:
-        """Link times from the agreed table (slowest rank's rate and step; None: no rate), of
-        the bytes adaptive sends: in its wire format (``compress``).
+        """Link times from the agreed table (slowest rank's rate; None: no rate), of the
+        bytes adaptive sends: in its wire format (``compress``), against the step time (the
+        median of the recent agreed ones, ``STEP_TIME_WINDOW``).
 
         None in deterministic mode too: every decision that reads them (fast-link mode, the
         allocation's bound on H, the lag of an average) then takes its no-timing default.
@@ -370,7 +376,7 @@ class Adaptive(Strategy):
         if self.config.deterministic:
             return None
         rates: list[float] = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
-        step_time: float = max(table[:, COL["step_time_s"]].tolist())
+        step_time = statistics.median(self.step_times) if self.step_times else 0.0
         if not rates or step_time <= 0:
             return None
         rate = min(rates)
