@@ -9,7 +9,6 @@ import torch
 
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.strategies import (
-    ADAPTIVE_BUCKET_CAP_MB,
     DEFAULT_BUCKET_CAP_MB,
     bucket_cap_mb,
     local_step_scale,
@@ -25,7 +24,7 @@ def params() -> list[torch.nn.Parameter]:
     [
         ("full", None, DEFAULT_BUCKET_CAP_MB),
         ("localsgd", None, DEFAULT_BUCKET_CAP_MB),
-        ("adaptive", None, ADAPTIVE_BUCKET_CAP_MB),
+        ("adaptive", None, DEFAULT_BUCKET_CAP_MB),
         ("adaptive", 2.0, 2.0),
         ("full", 0.25, 0.25),
     ],

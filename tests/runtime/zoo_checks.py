@@ -88,6 +88,9 @@ class Run:
         )
         net = spec.build(loss_inside=loss_inside).to(device())
         options: dict[str, Any] = {}
+        if feature == "compile" and strategy == "adaptive":
+            # Buckets below DDP's 1 MB first bucket: what wrap() must split for dynamo.
+            overrides = {"bucket_cap_mb": 0.0625, **overrides}
         if feature == "find_unused":
             net.spare = nn.Linear(64, 64)  # registered, never used in forward
             options["find_unused_parameters"] = True

@@ -48,8 +48,7 @@ class RuntimeConfig:
     critical_share: float = 1 / 6
     sync_period: int = 8  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 32  # upper bound of H (the allocation bound stops here)
-    # DDP bucket size (fusion of small tensors into buckets); None: the strategy's default,
-    # 1 MB, or 64 KB for adaptive, whose critical slices then leave during backward.
+    # DDP bucket size (fusion of small tensors into buckets); None: 1 MB for every strategy.
     bucket_cap_mb: float | None = None
     chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start

@@ -454,7 +454,7 @@ def _let_compile_split_at_first_bucket_size(ddp: DistributedDataParallel) -> Non
     Dynamo's DDPOptimizer splits a compiled graph where DDP's buckets end, reading
     ``ddp.bucket_bytes_cap``, and refuses a cap below DDP's first bucket
     (``dist._DEFAULT_FIRST_BUCKET_BYTES``, "First bucket should be smaller/equal to other
-    buckets"); adaptive's default buckets are 64 KB. The reducer was built with the real cap
+    buckets"), which a ``bucket_cap_mb`` below 1 is. The reducer was built with the real cap
     in the constructor and does not read the attribute again, so raising it here changes only
     where compiled graphs split (pieces of at least 1 MB; DDP's small buckets still leave as
     each piece's backward ends).

@@ -30,10 +30,8 @@ CRITICAL_NAME = re.compile(
     r"(^|\.)(attn|attention|self_attn)(\.|$)|(q_proj|k_proj|v_proj|out_proj|qkv)"
 )
 
-# Adaptive sends each layer's critical slices while backward computes the layers below,
-# so it defaults to small DDP buckets (the engine sends them as they come, see FUSE_BYTES).
-ADAPTIVE_BUCKET_CAP_MB = 0.0625
-# While adaptive averages everything, its buckets are fused up to full's bucket size.
+# While adaptive averages everything, the engine fuses what the hook sends up to full's
+# bucket size (a smaller SYNCLANE_BUCKET_CAP_MB would otherwise cost one collective a bucket).
 SYNC_ALL_FUSE_BYTES = int(DEFAULT_BUCKET_CAP_MB * 2**20)
 
 # Fast-link mode: sync everything while full sync's link time is below this share of a
@@ -280,9 +278,9 @@ class Adaptive(Strategy):
         """Average every gradient every step (warm-up, fast link), or only critical ones.
 
         While everything is averaged the engine fuses buckets up to ``full``'s bucket size:
-        the small buckets that let critical slices leave during backward would otherwise
-        cost one collective each, more than their overlap saves on a fast link (measured:
-        adaptive at 0.70x of full with 4 ranks at 1 Gbit/s before this). Called between
+        buckets smaller than that (``bucket_cap_mb`` below 1) would otherwise cost one
+        collective each, more than their overlap saves on a fast link (measured with the
+        64 KB buckets adaptive had then: 0.70x of full with 4 ranks at 1 Gbit/s before this). Called between
         steps at the same step on every rank, so the ranks' collectives still match.
         """
         self.state.sync_all = on
