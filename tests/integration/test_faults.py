@@ -16,6 +16,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 STEPS = 400
 OUTAGE_S = 3.0
+# The long jobs must outlive a fault however fast the machine computes: a bandwidth ceiling
+# paces each step's gradient sync (tiny_gpt's 455 KB at 20 Mbit/s: about 0.18 s), so 400
+# steps take over a minute. Unpaced, on an idle machine, a job once ended during the outage.
+PACED_MBPS = 20
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +37,7 @@ def submit(faults: FaultStack, token: str, name: str, steps: int = STEPS) -> dic
         "world_size": 2,
         "steps": steps,
         "sync": "full",
+        "bandwidth_ceiling_mbps": PACED_MBPS,
     }
     status, job, _ = faults.call("POST", "/api/v1/jobs/", body, token=token)
     assert status == 201, job
