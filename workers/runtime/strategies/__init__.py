@@ -28,10 +28,10 @@ def bucket_cap_mb(config: RuntimeConfig) -> float:
     """DDP's bucket size for ``config``: the configured one, else 1 MB for every strategy.
 
     adaptive had 64 KB buckets, so that critical slices left while backward computed the
-    layers below. Side by side once compute was fast (docs/benchmarks.md), 1 MB reached the
-    target 4-9% sooner on the two transformers, in the seed regime and at 1 Gbit/s, and
-    within the spread on the LSTM; and on a large model 64 KB buckets would mean thousands
-    of hook calls a step.
+    layers below. Side by side once compute was fast (docs/benchmarks.md, arm adaptive-64k),
+    1 MB was faster at 1 Gbit/s on four models of five and at 4 ranks, and within the
+    run-to-run spread in the 2-rank seed regime; and on a large model 64 KB buckets would
+    mean thousands of hook calls a step.
     """
     if config.bucket_cap_mb is not None:
         return config.bucket_cap_mb
