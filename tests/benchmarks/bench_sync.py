@@ -68,6 +68,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # Models with no attention: the measured critical set's share of the bytes (default 1/6).
     "adaptive-cs3": ("adaptive", {"critical_share": 1 / 3}),
     "adaptive-cs12": ("adaptive", {"critical_share": 1 / 12}),
+    # Critical gradients applied one step late (their average crosses the link meanwhile).
+    "adaptive-late": ("adaptive", {"late_critical": True}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 # Models of workers.workloads.zoo run as "zoo:<name>" (e.g. --models zoo:rnn_lm,zoo:convnet).

@@ -38,6 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--skip", type=int, default=15, help="steps left out of the means")
     ap.add_argument("--show", type=int, default=1, help="timelines of the last N steps")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="SYNCLANE_X=V",
+        help="a runtime setting for the ranks (repeatable), e.g. SYNCLANE_COMPRESS=none",
+    )  # fmt: skip
     ap.add_argument("--out", help=argparse.SUPPRESS)  # set by the launcher for the ranks
     return ap.parse_args(argv)
 
@@ -46,7 +50,8 @@ def launch(args: argparse.Namespace) -> list[list[Any]]:
     """Run this file under torchrun; return rank 0's events."""
     with tempfile.TemporaryDirectory(prefix="trace-sync-") as tmp:
         out = Path(tmp) / "events.json"
-        env = rank_env(args.link)  # the same environment as bench_sync's runs
+        settings = dict(item.split("=", 1) for item in args.set)
+        env = rank_env(args.link, **settings)  # the same environment as bench_sync's runs
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(args.world), __file__, "--sync", args.sync,

@@ -605,7 +605,9 @@ def check_compress() -> dict[str, Any]:
         model, opt = wrapped(
             base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, compress=wire)
         )
-        train(model, opt, 2)  # warm-up, then the first selective step
+        train(model, opt, 1)  # warm-up: everything, as full sends it
+        warmup_bytes = model.session.pop_step_stats()["bytes_sent"]
+        train(model, opt, 1)  # the first selective step
         model.session.pop_step_stats()
         losses = train(model, opt, 12)
         sent = model.session.pop_step_stats()["bytes_sent"]
@@ -613,6 +615,7 @@ def check_compress() -> dict[str, Any]:
         critical = [q for n, q in named.items() if n.startswith("attn.")]
         noncritical = [q for n, q in named.items() if not n.startswith("attn.")]
         out[wire] = {
+            "warmup_bytes": warmup_bytes,
             "bytes": sent,
             "loss": losses[-1],
             "critical_equal": same_on_all_ranks(critical),
@@ -622,6 +625,80 @@ def check_compress() -> dict[str, Any]:
         out[wire]["all_equal_after_sync"] = same_on_all_ranks(list(named.values()))
         model.session.close()
     return out
+
+
+def check_late_critical() -> dict[str, Any]:
+    """adaptive with ``late_critical``: the optimizer gets the previous step's critical average.
+
+    SGD at lr 0 keeps the parameters fixed, so a step's local gradients depend on its batch
+    alone: the on-time run's averaged critical gradient of step t must be the late run's at
+    step t + 1 (zero at the first selective step, 2), on every rank. Then AdamW with bf16
+    on the wire: critical replicas and their moments stay identical while training.
+    """
+    rank = dist.get_rank()
+
+    def critical_grad(net: Net) -> torch.Tensor:
+        assert net.attn.weight.grad is not None and net.attn.bias.grad is not None
+        return torch.cat([net.attn.weight.grad.reshape(-1), net.attn.bias.grad.reshape(-1)])
+
+    seen: dict[bool, list[torch.Tensor]] = {}
+    for late in (False, True):
+        torch.manual_seed(0)
+        net = Net()
+        opt: torch.optim.Optimizer = torch.optim.SGD(net.parameters(), lr=0.0)
+        cfg = base_cfg(sync="adaptive", warmup_steps=1, compress="none", late_critical=late)
+        model = wrap(net, optimizer=opt, config=cfg, reporter=Reporter(rank=rank))
+        seen[late] = []
+        for step in range(1, 8):
+            loss = model(*batch(rank, step))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            seen[late].append(critical_grad(net).clone())
+            opt.step()
+        model.session.close()
+    on_time, late_grads = seen[False], seen[True]
+
+    def same_on_all_ranks(t: torch.Tensor) -> bool:
+        gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, t.contiguous())
+        return all(torch.equal(gathered[0], g) for g in gathered[1:])
+
+    out: dict[str, Any] = {
+        "warmup_equal": torch.equal(on_time[0], late_grads[0]),
+        "first_selective_zero": bool(late_grads[1].eq(0).all()),
+        "one_step_late": [torch.equal(late_grads[t], on_time[t - 1]) for t in range(2, 7)],
+        # The contrast: each rank's own gradient differs, so agreement above is not trivial.
+        "local_differs": not same_on_all_ranks(critical_local(rank, 3)),
+        "late_same_on_all_ranks": all(same_on_all_ranks(g) for g in late_grads),
+    }
+    for late in (False, True):
+        cfg = base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, late_critical=late)
+        model, opt = wrapped(cfg)
+        losses = train(model, opt, 14)
+        net = model.module
+        moments = [v for q in net.attn.parameters() for v in opt.state[q].values() if v.dim() > 0]
+        critical = torch.cat([t.detach().reshape(-1) for t in [*net.attn.parameters(), *moments]])
+        noncritical = torch.cat([q.detach().reshape(-1) for q in net.mlp.parameters()])
+        run = {
+            "loss": losses[-1],
+            "critical_equal": same_on_all_ranks(critical),
+            "noncritical_equal_before_sync": same_on_all_ranks(noncritical),
+        }
+        model.session.synchronize()
+        everything = torch.cat([q.detach().reshape(-1) for q in net.parameters()])
+        run["all_equal_after_sync"] = same_on_all_ranks(everything)
+        model.session.close()
+        out["adamw_late" if late else "adamw_on_time"] = run
+    return out
+
+
+def critical_local(rank: int, step: int) -> torch.Tensor:
+    """This rank's own (unsynced) gradient of Net's critical layer at ``step``."""
+    torch.manual_seed(0)
+    net = Net()
+    net(*batch(rank, step)).backward()
+    assert net.attn.weight.grad is not None and net.attn.bias.grad is not None
+    return torch.cat([net.attn.weight.grad.reshape(-1), net.attn.bias.grad.reshape(-1)])
 
 
 CHECKS = {
@@ -641,6 +718,7 @@ CHECKS = {
         check_promotion,
         check_lane_gating,
         check_compress,
+        check_late_critical,
     )
 }
 

@@ -319,6 +319,8 @@ def test_bf16_error_feedback_halves_adaptives_bytes_and_critical_replicas_stay_i
     # Critical gradients and the periodic averages' deltas go as bf16: about half the bytes
     # (the per-step agreement table stays fp64, hence not exactly half).
     assert bf16["bytes"] < 0.6 * fp32["bytes"]
+    # Warm-up stands in for full and sends what full sends: fp32, whatever the wire format.
+    assert bf16["warmup_bytes"] == fp32["warmup_bytes"] > 0
     for run in (fp32, bf16):
         # Every rank receives the same reduced values, so critical replicas are bit-identical;
         # non-critical ones differ between averages, and synchronize() makes all identical.
@@ -327,3 +329,24 @@ def test_bf16_error_feedback_halves_adaptives_bytes_and_critical_replicas_stay_i
         assert run["all_equal_after_sync"] is True
     # Same training, within what bf16 rounding (fed back) moves in 14 steps.
     assert abs(bf16["loss"] - fp32["loss"]) < 0.05 * abs(fp32["loss"])
+
+
+def test_late_critical_gives_the_optimizer_the_previous_steps_average_on_every_rank(
+    tmp_path: Path,
+) -> None:
+    result = run_check("late_critical", tmp_path)
+    # Warm-up is on time; the first selective step has no earlier average (zero on every
+    # rank), then each step applies exactly the average the on-time hook applied a step before.
+    assert result["warmup_equal"] is True
+    assert result["first_selective_zero"] is True
+    assert result["one_step_late"] == [True] * 5
+    assert result["local_differs"] is True
+    assert result["late_same_on_all_ranks"] is True
+    late, on_time = result["adamw_late"], result["adamw_on_time"]
+    # With AdamW and bf16 on the wire, critical parameters and their optimizer moments stay
+    # identical; the rest differ until synchronize(). The same training as on time, within
+    # what one step of staleness moves in 14 steps.
+    assert late["critical_equal"] is True
+    assert late["noncritical_equal_before_sync"] is False
+    assert late["all_equal_after_sync"] is True
+    assert abs(late["loss"] - on_time["loss"]) < 0.05 * on_time["loss"]

@@ -59,6 +59,9 @@ class RuntimeConfig:
     # adaptive: wire format of what goes every step and of the periodic averages' deltas,
     # with error feedback (workers.runtime.compress): "bf16" (default), "fp16", "none" (fp32).
     compress: str = "bf16"
+    # adaptive: apply each step's critical gradient average at the next step, so it crosses
+    # the link while that step computes (a gradient one step stale, identical on every rank).
+    late_critical: bool = False
     # adaptive decides on a fixed schedule (no timing input): reproducible for a fixed seed.
     deterministic: bool = False
 
@@ -184,6 +187,7 @@ class RuntimeConfig:
             "bucket_cap_mb": _float_or_none(e, p.ENV_BUCKET_CAP_MB),
             "compress": _str(e, p.ENV_COMPRESS) or "bf16",
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
+            "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
         }
         values.update(overrides)
         # Errors name the variable to change (the user's value, or the default it left).
@@ -219,6 +223,7 @@ FIELD_ENV: Mapping[str, str] = {
     "bucket_cap_mb": p.ENV_BUCKET_CAP_MB,
     "compress": p.ENV_COMPRESS,
     "deterministic": p.ENV_DETERMINISTIC,
+    "late_critical": p.ENV_LATE_CRITICAL,
 }
 
 # While from_env validates: the fields read from the environment and their variables.

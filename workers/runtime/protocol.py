@@ -76,6 +76,9 @@ ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (
 ENV_CRITICAL_SHARE: Final = "SYNCLANE_CRITICAL_SHARE"
 # "1": adaptive decides on a fixed schedule, never from measured timing (reproducible runs).
 ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
+# "1": adaptive applies each step's critical gradient average at the next step (one step
+# stale), so it crosses the link while that step computes.
+ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
 # Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
 ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"

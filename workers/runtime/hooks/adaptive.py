@@ -3,16 +3,19 @@
 Inside each DDP bucket, the gradient slices of *critical* parameters are gathered,
 averaged globally through the ``CommEngine`` every step and scattered back; the slices of
 non-critical parameters are left as this rank's local gradient (they are averaged as
-parameters every H steps after the optimizer step). While ``sync_all`` is set (warm-up)
-the whole bucket is averaged, exactly like ``full``.
+parameters every H steps after the optimizer step). While ``sync_all`` is set (warm-up,
+fast-link mode) the whole bucket is averaged in fp32, exactly like ``full``.
 
 The critical set changes only at a global sync, from figures all ranks agreed on, so every
 rank gathers the same slices and issues the same collectives.
 
-With a wire dtype (``compress``, default bf16) what goes every step is rounded to it with
+With a wire dtype (``compress``, default bf16) the critical slices are rounded to it with
 error feedback (``compress.ErrorFeedback``): half the bytes, and what a rounding left out
 goes with the next step's gradient. Every rank receives the same reduced values, so
 critical replicas stay identical.
+
+With ``late`` set (``late_critical``) the critical average of a step is applied at the next
+step instead, so backward never waits for the link (see ``_late_critical``).
 """
 
 # No `from __future__ import annotations`: DDP checks hook annotations at runtime.
@@ -39,8 +42,10 @@ class SelectiveState:
         "critical",
         "sync_all",
         "grad_sq",
+        "late",
         "_slices",
         "_version",
+        "_late",
     )
 
     def __init__(
@@ -52,14 +57,21 @@ class SelectiveState:
         self.critical = set(critical)
         self.sync_all = True
         self.grad_sq = 0.0
+        self.late = False  # critical slices applied one step late (``_late_critical``)
         self._slices: dict[int, tuple[int, list[tuple[int, int]]]] = {}
         self._version = 0
+        # Per bucket: the last step's critical ranges and the Future of their average.
+        self._late: dict[int, tuple[list[tuple[int, int]], torch.futures.Future[torch.Tensor]]] = {}
 
     def set_critical(self, critical: set[int]) -> None:
         if critical != self.critical:
             self.critical = set(critical)
             self._version += 1
             self.feedback.clear()  # residuals belong to the old gathered layout
+
+    def drop_late(self) -> None:
+        """Forget the averages in flight (sync-everything mode starts: every rank alike)."""
+        self._late.clear()
 
     def slices(self, bucket: GradBucket) -> list[tuple[int, int]]:
         """Return merged [start, end) element ranges of critical parameters in ``bucket``."""
@@ -85,20 +97,24 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     buf = bucket.buffer()
     state.grad_sq += float(buf.pow(2).sum())
     ranges = [(0, buf.numel())] if state.sync_all else state.slices(bucket)
+    if state.late and not state.sync_all:
+        return _late_critical(state, bucket, buf, ranges)
     whole = len(ranges) == 1 and ranges[0] == (0, buf.numel())
-    if whole and not state.feedback.enabled:
+    if state.sync_all or (whole and not state.feedback.enabled):
+        # The whole bucket in place, uncompressed. Warm-up and fast-link mode stand in for
+        # full, so they send what full sends (fp32; measured faster than bf16 there).
         buf.div_(state.world_size)
         return state.engine.submit(buf, flush=bucket.is_last())
     # Gather (a copy), reduce, scatter back. An empty gather still goes to the engine so a
     # last bucket with no critical slice flushes what earlier buckets left pending.
     if whole:
-        gathered = buf.div(state.world_size)
+        gathered = buf.div(state.world_size)  # a bucket of critical parameters only
     elif ranges:
         gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
     else:
         gathered = buf.new_empty(0)
-    # Keyed by mode and bucket: the gathered layout is fixed for both while the set holds.
-    wire = state.feedback.compress((state.sync_all, bucket.index()), gathered)
+    # Keyed by bucket: the gathered layout is fixed while the critical set holds.
+    wire = state.feedback.compress(bucket.index(), gathered)
     fut = state.engine.submit(wire, flush=bucket.is_last())
 
     def scatter(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
@@ -110,4 +126,44 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
         return buf
 
     out: torch.futures.Future[torch.Tensor] = fut.then(scatter)
+    return out
+
+
+def _late_critical(
+    state: SelectiveState, bucket: GradBucket, buf: torch.Tensor, ranges: list[tuple[int, int]]
+) -> torch.futures.Future[torch.Tensor]:
+    """Send this step's critical slices; give the optimizer the previous step's average.
+
+    The average of step t's critical gradients crosses the link while step t+1 computes, so
+    backward does not wait for it; the optimizer applies it at step t+1 (a gradient one step
+    stale, the same on every rank, so critical replicas and their optimizer moments stay
+    identical). Where no average of the previous step exists (the first selective step, a
+    parameter just made critical) the critical slice is zero on every rank this step.
+    Non-critical slices keep the local gradient, as in the on-time hook.
+    """
+    index = bucket.index()
+    if ranges:
+        gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
+    else:
+        gathered = buf.new_empty(0)  # still submitted: a last bucket flushes what is pending
+    wire = state.feedback.compress(index, gathered)
+    previous = state._late.pop(index, None)
+    state._late[index] = (ranges, state.engine.submit(wire, flush=bucket.is_last()))
+    for a, b in ranges:
+        buf[a:b].zero_()  # this step's average is in flight
+    if previous is None:
+        ready: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        ready.set_result(buf)
+        return ready
+    old_ranges, fut = previous
+
+    def fill(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        reduced = f.value()
+        offset = 0
+        for a, b in old_ranges:
+            buf[a:b].copy_(reduced[offset : offset + b - a])  # copy_ casts back to fp32
+            offset += b - a
+        return buf
+
+    out: torch.futures.Future[torch.Tensor] = fut.then(fill)
     return out

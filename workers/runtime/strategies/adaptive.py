@@ -104,12 +104,15 @@ class Adaptive(Strategy):
       val-loss gap). Each local step of a non-critical parameter is therefore scaled by
       ``local_step_scale`` (default sqrt(n) for such optimizers, 1 for SGD, whose local
       steps are already unbiased). It needs the optimizer (passed to ``wrap``).
+    * **Late critical gradients** (``late_critical``, off by default): step t's critical
+      average is applied at step t+1, so backward does not wait for it (``hooks.adaptive``).
     * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
     * **Fast link**: while full sync's link time (all gradient bytes in the wire format at the
-      agreed rate) is under ``FULL_SYNC_BELOW`` of the step time, selective sync would save little and cost
-      its bookkeeping and some loss, so everything is averaged every step (parameters and
-      optimizer moments are averaged once on entry); selective sync resumes above
-      ``SELECTIVE_ABOVE``. With no known rate (no emulated link, no allocation) selective
+      agreed rate) is under ``FULL_SYNC_BELOW`` of the step time, selective sync would save
+      little and cost its bookkeeping and some loss, so everything is averaged every step, in
+      fp32 as ``full`` does (parameters and optimizer moments are averaged once on entry);
+      selective sync resumes above ``SELECTIVE_ABOVE``. The rule counts bytes in the wire
+      format, as when its thresholds were measured. With no known rate (no emulated link, no allocation) selective
       sync stays on, and without the optimizer too (its moments could not be averaged).
     """
 
@@ -284,6 +287,9 @@ class Adaptive(Strategy):
         steps at the same step on every rank, so the ranks' collectives still match.
         """
         self.state.sync_all = on
+        self.state.late = self.config.late_critical
+        if on:
+            self.state.drop_late()  # every bucket is averaged on time from now on
         self.fast_link = fast_link
         self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES if on else FUSE_BYTES
 
