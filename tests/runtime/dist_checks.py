@@ -627,6 +627,28 @@ def check_compress() -> dict[str, Any]:
     return out
 
 
+def check_sync_all_format() -> dict[str, Any]:
+    """The format of adaptive's warm-up (everything averaged): bytes a step, steps 1-6.
+
+    Net's 152 KB: at 10 Gbit/s bf16 would save ~0.06 ms, a small share of a step (fp32, as
+    full); at 20 Mbit/s ~30 ms, most of one (the wire format). Step 1 has no timing yet.
+    """
+    out: dict[str, Any] = {}
+    for name, mbps, wire in (
+        ("fast_fp32", 10_000.0, "none"),
+        ("fast_bf16", 10_000.0, "bf16"),
+        ("slow_bf16", 20.0, "bf16"),
+    ):
+        cfg = base_cfg(sync="adaptive", warmup_steps=6, link_mbps=mbps, compress=wire)
+        model, opt = wrapped(cfg)
+        out[name] = []
+        for step in range(1, 7):
+            train_one(model, opt, step)
+            out[name].append(model.session.pop_step_stats()["bytes_sent"])
+        model.session.close()
+    return out
+
+
 def check_late_critical() -> dict[str, Any]:
     """adaptive with ``late_critical``: the optimizer gets the previous step's critical average.
 
@@ -719,6 +741,7 @@ CHECKS = {
         check_lane_gating,
         check_compress,
         check_late_critical,
+        check_sync_all_format,
     )
 }
 

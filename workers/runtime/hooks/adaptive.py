@@ -4,12 +4,13 @@ Inside each DDP bucket, the gradient slices of *critical* parameters are gathere
 averaged globally through the ``CommEngine`` every step and scattered back; the slices of
 non-critical parameters are left as this rank's local gradient (they are averaged as
 parameters every H steps after the optimizer step). While ``sync_all`` is set (warm-up,
-fast-link mode) the whole bucket is averaged in fp32, exactly like ``full``.
+fast-link mode) the whole bucket is averaged, like ``full``; with ``exact`` also set, in
+fp32, exactly as ``full`` sends it.
 
 The critical set changes only at a global sync, from figures all ranks agreed on, so every
 rank gathers the same slices and issues the same collectives.
 
-With a wire dtype (``compress``, default bf16) the critical slices are rounded to it with
+With a wire dtype (``compress``, default bf16) what goes is otherwise rounded to it with
 error feedback (``compress.ErrorFeedback``): half the bytes, and what a rounding left out
 goes with the next step's gradient. Every rank receives the same reduced values, so
 critical replicas stay identical.
@@ -43,6 +44,7 @@ class SelectiveState:
         "sync_all",
         "grad_sq",
         "late",
+        "exact",
         "_slices",
         "_version",
         "_late",
@@ -58,6 +60,7 @@ class SelectiveState:
         self.sync_all = True
         self.grad_sq = 0.0
         self.late = False  # critical slices applied one step late (``_late_critical``)
+        self.exact = False  # while sync_all: send fp32 rather than the wire format
         self._slices: dict[int, tuple[int, list[tuple[int, int]]]] = {}
         self._version = 0
         # Per bucket: the last step's critical ranges and the Future of their average.
@@ -100,9 +103,8 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     if state.late and not state.sync_all:
         return _late_critical(state, bucket, buf, ranges)
     whole = len(ranges) == 1 and ranges[0] == (0, buf.numel())
-    if state.sync_all or (whole and not state.feedback.enabled):
-        # The whole bucket in place, uncompressed. Warm-up and fast-link mode stand in for
-        # full, so they send what full sends (fp32; measured faster than bf16 there).
+    if (state.sync_all and state.exact) or (whole and not state.feedback.enabled):
+        # The whole bucket in place, uncompressed (as full sends it).
         buf.div_(state.world_size)
         return state.engine.submit(buf, flush=bucket.is_last())
     # Gather (a copy), reduce, scatter back. An empty gather still goes to the engine so a
@@ -113,8 +115,8 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
         gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
     else:
         gathered = buf.new_empty(0)
-    # Keyed by bucket: the gathered layout is fixed while the critical set holds.
-    wire = state.feedback.compress(bucket.index(), gathered)
+    # Keyed by mode and bucket: the gathered layout is fixed for both while the set holds.
+    wire = state.feedback.compress((state.sync_all, bucket.index()), gathered)
     fut = state.engine.submit(wire, flush=bucket.is_last())
 
     def scatter(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
@@ -146,7 +148,7 @@ def _late_critical(
         gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
     else:
         gathered = buf.new_empty(0)  # still submitted: a last bucket flushes what is pending
-    wire = state.feedback.compress(index, gathered)
+    wire = state.feedback.compress((False, index), gathered)
     previous = state._late.pop(index, None)
     state._late[index] = (ranges, state.engine.submit(wire, flush=bucket.is_last()))
     for a, b in ranges:

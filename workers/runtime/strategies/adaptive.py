@@ -39,6 +39,13 @@ SYNC_ALL_FUSE_BYTES = int(DEFAULT_BUCKET_CAP_MB * 2**20)
 FULL_SYNC_BELOW = 0.2
 SELECTIVE_ABOVE = 0.3
 
+# While everything is averaged (warm-up, fast-link mode), gradients go in the wire format
+# only where that saves at least this share of a step's link time against fp32; else in
+# fp32, as full sends them. Rounding and error feedback cost about a millisecond a step
+# here: at 1 Gbit/s bf16 would save ~19% of tiny_gpt's step (faster in bf16: 1.04x full
+# against 0.95x in fp32) but ~6% of topics_encoder's and ~2% of shapes_cnn's (faster in
+# fp32: 1.04x and 1.01x against 0.92x and 0.94x), docs/benchmarks.md.
+BF16_MIN_SAVING = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
@@ -109,11 +116,14 @@ class Adaptive(Strategy):
     * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
     * **Fast link**: while full sync's link time (all gradient bytes in the wire format at the
       agreed rate) is under ``FULL_SYNC_BELOW`` of the step time, selective sync would save
-      little and cost its bookkeeping and some loss, so everything is averaged every step, in
-      fp32 as ``full`` does (parameters and optimizer moments are averaged once on entry);
-      selective sync resumes above ``SELECTIVE_ABOVE``. The rule counts bytes in the wire
-      format, as when its thresholds were measured. With no known rate (no emulated link, no allocation) selective
-      sync stays on, and without the optimizer too (its moments could not be averaged).
+      little and cost its bookkeeping and some loss, so everything is averaged every step
+      (parameters and optimizer moments are averaged once on entry); selective sync resumes
+      above ``SELECTIVE_ABOVE``. The rule counts bytes in the wire format. With no known
+      rate (no emulated link, no allocation) selective sync stays on, and without the
+      optimizer too (its moments could not be averaged).
+    * **Format while everything is averaged** (warm-up, fast-link mode): fp32, as ``full``
+      sends it, where the wire format would save under ``BF16_MIN_SAVING`` of a step's time
+      (small models, fast links); the wire format otherwise, and with no known rate.
     """
 
     name = p.SYNC_ADAPTIVE
@@ -214,6 +224,13 @@ class Adaptive(Strategy):
 
     def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
         self.step_times.append(max(table[:, COL["step_time_s"]].tolist()))
+        figures = self._decide(step, table)
+        # The format of the next step's gradients while everything is averaged (agreed).
+        self.state.exact = self.state.sync_all and self._fp32_is_cheap(table)
+        return figures
+
+    def _decide(self, step: int, table: torch.Tensor) -> dict[str, float]:
+        """Act on the agreed table: modes, the sync period, averages (see the class doc)."""
         losses = [v for v in table[:, COL["loss"]].tolist() if math.isfinite(v)]
         if losses:
             mean = sum(losses) / len(losses)
@@ -403,6 +420,15 @@ class Adaptive(Strategy):
         """Full sync's link time as a share of the step time (None: link rate unknown)."""
         link = self._link_seconds(table)
         return None if link is None else link.full_sync / link.step
+
+    def _fp32_is_cheap(self, table: torch.Tensor) -> bool:
+        """Whether averaging everything in fp32 costs under ``BF16_MIN_SAVING`` of a step more
+        link time than the wire format would (False with no known rate or timing)."""
+        link = self._link_seconds(table)
+        if link is None or self.wire_share == 1.0:
+            return self.wire_share == 1.0
+        saving = link.full_sync / self.wire_share - link.full_sync
+        return saving < BF16_MIN_SAVING * link.step
 
     def _remember_noncritical(self) -> None:
         """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
