@@ -118,6 +118,13 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     # Keyed by mode and bucket: the gathered layout is fixed for both while the set holds.
     wire = state.feedback.compress((state.sync_all, bucket.index()), gathered)
     fut = state.engine.submit(wire, flush=bucket.is_last())
+    return _scatter_when_done(fut, buf, ranges)
+
+
+def _scatter_when_done(
+    fut: torch.futures.Future[torch.Tensor], buf: torch.Tensor, ranges: list[tuple[int, int]]
+) -> torch.futures.Future[torch.Tensor]:
+    """A Future of ``buf`` with the reduced slices written back into ``ranges``."""
 
     def scatter(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         reduced = f.value()
@@ -158,14 +165,4 @@ def _late_critical(
         ready.set_result(buf)
         return ready
     old_ranges, fut = previous
-
-    def fill(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        reduced = f.value()
-        offset = 0
-        for a, b in old_ranges:
-            buf[a:b].copy_(reduced[offset : offset + b - a])  # copy_ casts back to fp32
-            offset += b - a
-        return buf
-
-    out: torch.futures.Future[torch.Tensor] = fut.then(fill)
-    return out
+    return _scatter_when_done(fut, buf, old_ranges)
