@@ -110,7 +110,7 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     # Gather (a copy), reduce, scatter back. An empty gather still goes to the engine so a
     # last bucket with no critical slice flushes what earlier buckets left pending.
     if whole:
-        gathered = buf.div(state.world_size)  # a bucket of critical parameters only
+        gathered = buf.div(state.world_size)  # everything, or a bucket of only critical ones
     elif ranges:
         gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
     else:
