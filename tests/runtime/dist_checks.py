@@ -591,15 +591,22 @@ def _flat_named(by_name: dict[str, nn.Parameter], names: list[str]) -> torch.Ten
     return torch.cat([by_name[n].detach().reshape(-1) for n in names] or [torch.zeros(0)])
 
 
+def same_on_all_ranks(tensors: list[torch.Tensor]) -> bool:
+    """Whether ``tensors``, end to end, are bit-identical on every rank (collective)."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], g) for g in gathered[1:])
+
+
+def attn_grad(net: Net) -> torch.Tensor:
+    """The gradient of Net's critical layer (``attn``, weight then bias), flattened."""
+    assert net.attn.weight.grad is not None and net.attn.bias.grad is not None
+    return torch.cat([net.attn.weight.grad.reshape(-1), net.attn.bias.grad.reshape(-1)])
+
+
 def check_compress() -> dict[str, Any]:
     """adaptive with bf16 error-feedback compression against fp32: bytes, replica agreement."""
-
-    def same_on_all_ranks(tensors: list[torch.Tensor]) -> bool:
-        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
-        gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, flat)
-        return all(torch.equal(gathered[0], g) for g in gathered[1:])
-
     out: dict[str, Any] = {}
     for wire in ("none", "bf16"):
         model, opt = wrapped(
@@ -658,11 +665,6 @@ def check_late_critical() -> dict[str, Any]:
     on the wire: critical replicas and their moments stay identical while training.
     """
     rank = dist.get_rank()
-
-    def critical_grad(net: Net) -> torch.Tensor:
-        assert net.attn.weight.grad is not None and net.attn.bias.grad is not None
-        return torch.cat([net.attn.weight.grad.reshape(-1), net.attn.bias.grad.reshape(-1)])
-
     seen: dict[bool, list[torch.Tensor]] = {}
     for late in (False, True):
         torch.manual_seed(0)
@@ -675,52 +677,33 @@ def check_late_critical() -> dict[str, Any]:
             loss = model(*batch(rank, step))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            seen[late].append(critical_grad(net).clone())
+            seen[late].append(attn_grad(net).clone())
             opt.step()
         model.session.close()
     on_time, late_grads = seen[False], seen[True]
-
-    def same_on_all_ranks(t: torch.Tensor) -> bool:
-        gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, t.contiguous())
-        return all(torch.equal(gathered[0], g) for g in gathered[1:])
-
+    torch.manual_seed(0)
+    alone = Net()  # this rank's own gradient at step 3, never averaged
+    alone(*batch(rank, 3)).backward()
     out: dict[str, Any] = {
         "warmup_equal": torch.equal(on_time[0], late_grads[0]),
         "first_selective_zero": bool(late_grads[1].eq(0).all()),
         "one_step_late": [torch.equal(late_grads[t], on_time[t - 1]) for t in range(2, 7)],
         # The contrast: each rank's own gradient differs, so agreement above is not trivial.
-        "local_differs": not same_on_all_ranks(critical_local(rank, 3)),
-        "late_same_on_all_ranks": all(same_on_all_ranks(g) for g in late_grads),
+        "local_differs": not same_on_all_ranks([attn_grad(alone)]),
+        "late_same_on_all_ranks": all(same_on_all_ranks([g]) for g in late_grads),
     }
-    for late in (False, True):
-        cfg = base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, late_critical=late)
-        model, opt = wrapped(cfg)
-        losses = train(model, opt, 14)
-        net = model.module
-        moments = [v for q in net.attn.parameters() for v in opt.state[q].values() if v.dim() > 0]
-        critical = torch.cat([t.detach().reshape(-1) for t in [*net.attn.parameters(), *moments]])
-        noncritical = torch.cat([q.detach().reshape(-1) for q in net.mlp.parameters()])
-        run = {
-            "loss": losses[-1],
-            "critical_equal": same_on_all_ranks(critical),
-            "noncritical_equal_before_sync": same_on_all_ranks(noncritical),
-        }
-        model.session.synchronize()
-        everything = torch.cat([q.detach().reshape(-1) for q in net.parameters()])
-        run["all_equal_after_sync"] = same_on_all_ranks(everything)
-        model.session.close()
-        out["adamw_late" if late else "adamw_on_time"] = run
+    model, opt = wrapped(
+        base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, late_critical=True)
+    )
+    train(model, opt, 14)
+    net = model.module
+    moments = [v for q in net.attn.parameters() for v in opt.state[q].values() if v.dim() > 0]
+    out["critical_equal"] = same_on_all_ranks([*net.attn.parameters(), *moments])
+    out["noncritical_equal_before_sync"] = same_on_all_ranks(list(net.mlp.parameters()))
+    model.session.synchronize()
+    out["all_equal_after_sync"] = same_on_all_ranks(list(net.parameters()))
+    model.session.close()
     return out
-
-
-def critical_local(rank: int, step: int) -> torch.Tensor:
-    """This rank's own (unsynced) gradient of Net's critical layer at ``step``."""
-    torch.manual_seed(0)
-    net = Net()
-    net(*batch(rank, step)).backward()
-    assert net.attn.weight.grad is not None and net.attn.bias.grad is not None
-    return torch.cat([net.attn.weight.grad.reshape(-1), net.attn.bias.grad.reshape(-1)])
 
 
 CHECKS = {

@@ -5,7 +5,7 @@ averaged globally through the ``CommEngine`` every step and scattered back; the 
 non-critical parameters are left as this rank's local gradient (they are averaged as
 parameters every H steps after the optimizer step). While ``sync_all`` is set (warm-up,
 fast-link mode) the whole bucket is averaged, like ``full``; with ``exact`` also set, in
-fp32, exactly as ``full`` sends it.
+fp32, as ``full`` sends it.
 
 The critical set changes only at a global sync, from figures all ranks agreed on, so every
 rank gathers the same slices and issues the same collectives.
@@ -147,8 +147,9 @@ def _late_critical(
     backward does not wait for it; the optimizer applies it at step t+1 (a gradient one step
     stale, the same on every rank, so critical replicas and their optimizer moments stay
     identical). Where no average of the previous step exists (the first selective step, a
-    parameter just made critical) the critical slice is zero on every rank this step.
-    Non-critical slices keep the local gradient, as in the on-time hook.
+    parameter just made critical) the critical slice is zero on every rank this step; a
+    parameter just made non-critical gets its last average instead of its local gradient,
+    once. Other non-critical slices keep the local gradient, as in the on-time hook.
     """
     index = bucket.index()
     if ranges:

@@ -40,11 +40,10 @@ FULL_SYNC_BELOW = 0.2
 SELECTIVE_ABOVE = 0.3
 
 # While everything is averaged (warm-up, fast-link mode), gradients go in the wire format
-# only where that saves at least this share of a step's link time against fp32; else in
-# fp32, as full sends them. Rounding and error feedback cost about a millisecond a step
-# here: at 1 Gbit/s bf16 would save ~19% of tiny_gpt's step (faster in bf16: 1.04x full
-# against 0.95x in fp32) but ~6% of topics_encoder's and ~2% of shapes_cnn's (faster in
-# fp32: 1.04x and 1.01x against 0.92x and 0.94x), docs/benchmarks.md.
+# only where that saves at least this share of a step's time against fp32; else in fp32,
+# as full sends them. Measured at 1 Gbit/s (docs/benchmarks.md): bf16 throughout was
+# faster on tiny_gpt (455 KB of gradients a step), fp32 throughout on topics_encoder and
+# shapes_cnn (79 and 9 KB); at a 10% threshold tiny_gpt flipped between the two formats.
 BF16_MIN_SAVING = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
@@ -156,6 +155,7 @@ class Adaptive(Strategy):
         self.state: SelectiveState = SelectiveState(
             engine=engine, critical=set(), feedback=ErrorFeedback(dtype)
         )
+        self.state.late = config.late_critical
         # The periodic averages' deltas go in the same wire format, with their own residuals.
         self.delta_feedback = ErrorFeedback(dtype)
         # Wire bytes per parameter byte: what the link figures below count.
@@ -304,7 +304,6 @@ class Adaptive(Strategy):
         steps at the same step on every rank, so the ranks' collectives still match.
         """
         self.state.sync_all = on
-        self.state.late = self.config.late_critical
         if on:
             self.state.drop_late()  # every bucket is averaged on time from now on
         self.fast_link = fast_link
@@ -425,9 +424,9 @@ class Adaptive(Strategy):
         """Whether averaging everything in fp32 costs under ``BF16_MIN_SAVING`` of a step more
         link time than the wire format would (False with no known rate or timing)."""
         link = self._link_seconds(table)
-        if link is None or self.wire_share == 1.0:
-            return self.wire_share == 1.0
-        saving = link.full_sync / self.wire_share - link.full_sync
+        if link is None:
+            return False
+        saving = link.full_sync / self.wire_share - link.full_sync  # 0 when the format is fp32
         return saving < BF16_MIN_SAVING * link.step
 
     def _remember_noncritical(self) -> None:
