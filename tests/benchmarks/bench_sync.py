@@ -70,6 +70,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-cs12": ("adaptive", {"critical_share": 1 / 12}),
     # Critical gradients applied one step late (their average crosses the link meanwhile).
     "adaptive-late": ("adaptive", {"late_critical": True}),
+    # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
+    # (the default, "auto", chooses by the link time int8 would save).
+    "adaptive-int8": ("adaptive", {"compress": "int8"}),
+    "adaptive-bf16": ("adaptive", {"compress": "bf16"}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 # Models of workers.workloads.zoo run as "zoo:<name>" (e.g. --models zoo:rnn_lm,zoo:convnet).

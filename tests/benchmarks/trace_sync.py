@@ -6,8 +6,9 @@
 A diagnostic, not a benchmark (``make bench`` does not run it): it launches a real ``torchrun``
 of this file, and on rank 0 records when forward, backward and the optimizer step (with the
 session's per-step agreement) begin and end, and every collective of the gradient engine
-("fg") and of the background averaging lane ("bg"). To see the collectives it wraps two
-engine methods of this run's session (``submit``, ``_reduce_chunk``); nothing else changes.
+("fg") and of the background averaging lane ("bg"). To see the collectives it wraps the
+engine methods of this run's session that take and reduce transfers (``submit``,
+``_reduce_chunk`` and their int8 counterparts), and ``_agree``; nothing else changes.
 Prints the mean phase times of steps with and without background traffic, then the
 timeline of the last ``--show`` steps (ms from the step's start). docs/benchmarks.md quotes it.
 """
@@ -100,10 +101,33 @@ def rank_main(args: argparse.Namespace) -> None:
             reduce_chunk(chunk)
             mark(f"{lane} end")
 
+        submit_q, reduce_q = engine.submit_quantized, engine._reduce_quantized_chunk
+
+        def traced_submit_q(packed: torch.Tensor, *, key: Any, flush: bool) -> Any:
+            mark(f"{lane} submit", packed.numel())
+            return submit_q(packed, key=key, flush=flush)
+
+        def traced_chunk_q(chunk: torch.Tensor, key: Any) -> None:
+            mark(f"{lane} start", chunk.numel())
+            reduce_q(chunk, key)
+            mark(f"{lane} end")
+
         engine.submit = traced_submit  # type: ignore[method-assign]
         engine._reduce_chunk = traced_chunk  # type: ignore[method-assign]
+        engine.submit_quantized = traced_submit_q  # type: ignore[method-assign]
+        engine._reduce_quantized_chunk = traced_chunk_q  # type: ignore[method-assign]
 
     watch(model.session.engine, "fg")
+    session = model.session
+    agree = session._agree
+
+    def traced_agree(row: list[float]) -> Any:
+        mark("agree")
+        table = agree(row)
+        mark("agreed")
+        return table
+
+    session._agree = traced_agree  # type: ignore[method-assign]
     if model.session.background is not None:
         watch(model.session.background, "bg")
     g = torch.Generator().manual_seed(rank)

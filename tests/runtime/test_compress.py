@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workers.runtime.compress import ErrorFeedback, wire_dtype
+from workers.runtime.compress import (
+    QUANT_BLOCK,
+    WIRE_DTYPES,
+    ErrorFeedback,
+    Int8Feedback,
+    pack_int8,
+    unpack_int8,
+    wire_dtype,
+)
+from workers.runtime.config import COMPRESS_CHOICES
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -64,5 +73,43 @@ def test_without_a_dtype_tensors_pass_unchanged() -> None:
 
 
 def test_an_unknown_wire_format_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="compress must be one of none, bf16, fp16"):
-        wire_dtype("int8")
+    with pytest.raises(ValueError, match="compress must be one of none, bf16, fp16, int8"):
+        wire_dtype("int4")
+    # The config validates against the same names without importing torch.
+    assert tuple(WIRE_DTYPES) == COMPRESS_CHOICES
+
+
+def test_int8_blocks_round_each_value_to_within_half_a_step_of_its_blocks_scale() -> None:
+    gen = torch.Generator().manual_seed(2)
+    blocks = torch.randn(4, QUANT_BLOCK, generator=gen)
+    blocks[1] *= 1e-6  # a block of small values gets a scale of its own
+    blocks[2] = 0.0
+    packed = pack_int8(blocks)
+    assert packed.dtype == torch.int8 and packed.shape == (4, QUANT_BLOCK + 4)
+    decoded = unpack_int8(packed)
+    step = blocks.abs().amax(dim=1, keepdim=True) / 127
+    assert ((decoded - blocks).abs() <= step / 2 * (1 + 1e-5)).all()
+    assert torch.equal(decoded[2], torch.zeros(QUANT_BLOCK))
+    # Each block's largest value is exact up to fp32 rounding of code x scale.
+    top = blocks.abs().argmax(dim=1)
+    torch.testing.assert_close(decoded[0, top[0]], blocks[0, top[0]])
+
+
+def test_int8_feedback_pads_to_whole_rows_and_keeps_what_rounding_left_out() -> None:
+    gen = torch.Generator().manual_seed(3)
+    ef = Int8Feedback()
+    grad = torch.randn(1000, generator=gen)
+    packed = ef.compress("k", grad, rows_multiple=3)
+    # 1,000 values are 4 blocks of 256, padded to 6 rows for 3 ranks; padding decodes to 0.
+    assert packed.shape[0] == 6
+    assert torch.equal(unpack_int8(packed).view(-1)[1000:], torch.zeros(6 * QUANT_BLOCK - 1000))
+    sent = Int8Feedback.decode(packed, 1000)
+    torch.testing.assert_close(sent + ef.residuals["k"], grad, rtol=0, atol=1e-6)
+    # Over many steps the sum sent approaches the sum of inputs to within one residual.
+    total, sent_total = grad.double(), sent.double()
+    for _ in range(100):
+        grad = torch.randn(1000, generator=gen) * 1e-2 + 1e-4  # a bias under half a step
+        total += grad.double()
+        sent_total += Int8Feedback.decode(ef.compress("k", grad, rows_multiple=3), 1000).double()
+    torch.testing.assert_close(sent_total + ef.residuals["k"].double(), total, rtol=0, atol=1e-5)
+    assert (sent_total - total).abs().max() < 2e-3  # one rounding's worth, not 100

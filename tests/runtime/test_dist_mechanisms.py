@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("dist_checks.py")
 
 
-def run_check(name: str, tmp_path: Path, **env: str) -> Any:
+def run_check(name: str, tmp_path: Path, *, nproc: int = 2, **env: str) -> Any:
     out = tmp_path / f"{name}.json"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_")}
     full_env.update(
@@ -42,7 +42,7 @@ def run_check(name: str, tmp_path: Path, **env: str) -> Any:
         "--nnodes",
         "1",
         "--nproc-per-node",
-        "2",
+        str(nproc),
         str(SCRIPT),
         name,
         str(out),
@@ -311,17 +311,24 @@ def test_a_slow_probe_is_reissued_once_and_a_blip_does_not_mark_the_link_degrade
     assert blip["state"] == "ok" and blip["latency_s"] < 0.03, blip
 
 
-def test_bf16_error_feedback_halves_adaptives_bytes_and_critical_replicas_stay_identical(
+def test_error_feedback_formats_cut_adaptives_bytes_and_critical_replicas_stay_identical(
     tmp_path: Path,
 ) -> None:
     result = run_check("compress", tmp_path)
-    fp32, bf16 = result["none"], result["bf16"]
+    fp32, bf16, int8 = result["none"], result["bf16"], result["int8"]
     # Critical gradients and the periodic averages' deltas go as bf16: about half the bytes
     # (the per-step agreement table stays fp64, hence not exactly half).
     assert bf16["bytes"] < 0.6 * fp32["bytes"]
-    # Warm-up with no known link rate goes in the wire format too.
+    # Warm-up with no known link rate goes in the wire format too (bf16 under int8 as well).
     assert 0 < bf16["warmup_bytes"] < 0.6 * fp32["warmup_bytes"]
-    for run in (fp32, bf16):
+    assert int8["warmup_bytes"] == bf16["warmup_bytes"]
+    # A step with no average sends the critical gradients only: int8 codes plus a scale per
+    # 256 values, about half of bf16's bytes (26% of fp32's); the averages stay in bf16.
+    assert int8["least_step_bytes"] < 0.53 * bf16["least_step_bytes"]
+    assert int8["least_step_bytes"] < 0.27 * fp32["least_step_bytes"]
+    assert int8["bytes"] < 0.75 * bf16["bytes"]
+    assert abs(int8["loss"] - fp32["loss"]) < 0.05 * abs(fp32["loss"])
+    for run in (fp32, bf16, int8):
         # Every rank receives the same reduced values, so critical replicas are bit-identical;
         # non-critical ones differ between averages, and synchronize() makes all identical.
         assert run["critical_equal"] is True
@@ -329,6 +336,43 @@ def test_bf16_error_feedback_halves_adaptives_bytes_and_critical_replicas_stay_i
         assert run["all_equal_after_sync"] is True
     # Same training, within what bf16 rounding (fed back) moves in 14 steps.
     assert abs(bf16["loss"] - fp32["loss"]) < 0.05 * abs(fp32["loss"])
+
+
+def test_auto_format_sends_critical_gradients_in_int8_where_that_saves_enough_link_time(
+    tmp_path: Path,
+) -> None:
+    result = run_check("auto_format", tmp_path)
+    attn, bias = result["attn"], result["bias"]
+    table = bias["step_bytes"][2] - 128 * 2  # attn.bias in bf16, plus the agreed table
+    # Warm-up (steps 1-2) averages all 38,280 values in bf16 (a 20 Mbit/s link: the wire
+    # format pays); then only the critical ones go, with no periodic average before step 32.
+    assert attn["step_bytes"][:2] == bias["step_bytes"][:2] == [38_280 * 2 + table] * 2
+    # All of attn (16,512 values): 65 int8 rows of 256 codes + a 4-byte scale, padded to 66
+    # for 2 ranks; from the first selective step on.
+    assert attn["step_bytes"][2:] == [66 * 260 + table] * 6
+    assert attn["quantize_9_to_12"] == [True] * 4
+    # attn.bias alone would save ~0.05 ms a step: bf16.
+    assert bias["step_bytes"][2:] == [128 * 2 + table] * 6
+    assert bias["quantize_9_to_12"] == [False] * 4
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_int8_sums_match_the_exact_sum_within_rounding_and_feedback_removes_the_bias(
+    tmp_path: Path, world: int
+) -> None:
+    result = run_check("int8_sum", tmp_path, nproc=world)
+    # 9,300 values are 37 blocks of 256, padded to a multiple of the world size; 1 KB chunks
+    # hold 3 rows (2 at two ranks: a whole share per rank), so several chunks go.
+    assert result["rows"] == (38 if world == 2 else 39)
+    assert result["collectives_first"] == result["rows"] // (2 if world == 2 else 3)
+    # Every rank decodes the same gathered codes.
+    assert result["same_on_all_ranks"] is True
+    # One sum is within two int8 roundings (each under half a step of 1/127 of its block's
+    # largest value) of the exact sum: about 1% here.
+    assert 0 < result["first_error"] < 0.02 and result["max_error"] < 0.03
+    # Fed back, what one sum rounds off goes with the next: over 50 sums the running total
+    # is off by far less than one sum's error (not 50 of them).
+    assert result["drift_after_50"] < result["first_error"] / 20
 
 
 def test_late_critical_gives_the_optimizer_the_previous_steps_average_on_every_rank(

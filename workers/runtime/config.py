@@ -20,6 +20,10 @@ from typing import Any
 
 from workers.runtime import protocol as p
 
+# adaptive's wire formats (workers.runtime.compress.WIRE_DTYPES, which a test keeps equal;
+# not imported here: this module stays importable without torch).
+COMPRESS_CHOICES = ("none", "bf16", "fp16", "int8", "auto")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RuntimeConfig:
@@ -57,8 +61,10 @@ class RuntimeConfig:
     # (sqrt(world size) for second-moment optimizers, 1 otherwise; see strategies.Adaptive).
     local_step_scale: float | None = None
     # adaptive: wire format of what goes every step and of the periodic averages' deltas,
-    # with error feedback (workers.runtime.compress): "bf16" (default), "fp16", "none" (fp32).
-    compress: str = "bf16"
+    # with error feedback (workers.runtime.compress): "bf16", "fp16", "none" (fp32), "int8"
+    # (critical gradients in blockwise int8, the rest in bf16), "auto" (default: bf16, and
+    # critical gradients in int8 where that saves enough link time; strategies.Adaptive).
+    compress: str = "auto"
     # adaptive: apply each step's critical gradient average at the next step, so it crosses
     # the link while that step computes (a gradient one step stale, identical on every rank).
     late_critical: bool = False
@@ -124,9 +130,10 @@ class RuntimeConfig:
             )
         if self.local_step_scale is not None:
             _require_positive("local_step_scale", self.local_step_scale)
-        if self.compress not in ("none", "bf16", "fp16"):
+        if self.compress not in COMPRESS_CHOICES:
             raise ValueError(
-                f"{_label('compress')} must be one of none, bf16, fp16, got {self.compress!r}"
+                f"{_label('compress')} must be one of {', '.join(COMPRESS_CHOICES)}, "
+                f"got {self.compress!r}"
             )
         if self.probe_every < 0:
             raise ValueError(f"{_label('probe_every')} must be >= 0, got {self.probe_every}")
@@ -185,7 +192,7 @@ class RuntimeConfig:
             "critical_share": _float(e, p.ENV_CRITICAL_SHARE, 1 / 6),
             "local_step_scale": _float_or_none(e, p.ENV_LOCAL_STEP_SCALE),
             "bucket_cap_mb": _float_or_none(e, p.ENV_BUCKET_CAP_MB),
-            "compress": _str(e, p.ENV_COMPRESS) or "bf16",
+            "compress": _str(e, p.ENV_COMPRESS) or "auto",
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
             "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
         }

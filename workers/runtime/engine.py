@@ -15,6 +15,14 @@ Per transfer the thread
      degraded, a chunk that is late is re-issued once on a spare group (``reissue.py``),
   4. paces: sleeps until a link of the throttle's rate would have delivered the wire bytes.
 
+Blockwise int8 transfers (``submit_quantized``: adaptive's critical gradients where its
+``compress`` setting sends them as int8) cannot be summed by an all-reduce. They go unfused, in chunks of whole
+rows, as a reduce-scatter then an all-gather: an all-to-all gives each rank one share of the
+rows from every rank, which it decodes, sums in fp32 and re-quantizes (with error feedback
+of its own), and an all-gather gives every rank every summed share. Every rank decodes the
+same gathered codes, so all get the same values; the wire bytes are a ring all-reduce's of
+the packed rows (half of bf16's).
+
 ``chunk_bytes`` changes only between steps, from values every rank agreed on (see
 ``health.LinkHealth``), never from a rank's local timing mid-step: ranks disagreeing on a
 chunk size would issue mismatched collectives and hang.
@@ -34,12 +42,13 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
+from workers.runtime.compress import PACKED_ROW, QUANT_BLOCK, pack_int8, unpack_int8
 from workers.runtime.faults import FaultSpec
 from workers.runtime.reissue import Reissuer
 from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
@@ -84,6 +93,7 @@ class _Job:
     future: torch.futures.Future[torch.Tensor]
     flush: bool  # last bucket of the step (or a standalone collective): send what is pending
     submitted: float = field(default_factory=time.perf_counter)
+    quantized: Hashable | None = None  # packed int8 rows: the key of their shard residuals
 
 
 class CommEngine:
@@ -133,6 +143,8 @@ class CommEngine:
         self._chunk_times: list[float] = []
         self._last_flush_submitted: float | None = None
         self._reissued = 0
+        # Residuals of re-quantizing this rank's summed share of int8 transfers, per key and row.
+        self._shard_residuals: dict[Hashable, torch.Tensor] = {}
         self._thread = threading.Thread(target=self._run, name="synclane-comm", daemon=True)
         self._thread.start()
 
@@ -144,6 +156,19 @@ class CommEngine:
         with self._lock:
             self._outstanding += 1
         self._queue.put(_Job(tensor, fut, flush))
+        return fut
+
+    def submit_quantized(
+        self, packed: torch.Tensor, *, key: Hashable, flush: bool
+    ) -> torch.futures.Future[torch.Tensor]:
+        """Queue packed int8 rows (``compress.Int8Feedback``; a multiple of the world size of
+        rows, each rank's values pre-divided) for a sum; the Future yields the same tensor,
+        holding the packed rows of the sum. ``key`` names the transfer from step to step (its
+        re-quantization residuals)."""
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        with self._lock:
+            self._outstanding += 1
+        self._queue.put(_Job(packed, fut, flush, quantized=key))
         return fut
 
     def wait_until_idle(self) -> None:
@@ -258,23 +283,38 @@ class CommEngine:
             if isinstance(job, _Call):
                 self._run_call(job)
                 continue
+            if job.quantized is not None:
+                # Unfused: what is pending goes first, then these rows on their own.
+                if self._pending:
+                    batch, self._pending = self._pending, []
+                    self._finish(batch, self._reduce)
+                self._record_flush(job)
+                self._finish([job], self._reduce_quantized)
+                continue
             self._pending.append(job)
             size = sum(j.tensor.numel() * j.tensor.element_size() for j in self._pending)
             if job.flush or self.whole_buckets or size >= min(self.fuse_bytes, self.chunk_bytes):
-                if job.flush:
-                    with self._lock:
-                        self._last_flush_submitted = job.submitted
+                self._record_flush(job)
                 batch, self._pending = self._pending, []
-                try:
-                    self._reduce(batch)
-                except Exception as exc:  # surfaces in DDP's backward on the training thread
-                    for j in batch:
-                        j.future.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
-                else:
-                    for j in batch:
-                        j.future.set_result(j.tensor)
-                finally:
-                    self._done(len(batch))
+                self._finish(batch, self._reduce)
+
+    def _record_flush(self, job: _Job) -> None:
+        if job.flush:
+            with self._lock:
+                self._last_flush_submitted = job.submitted
+
+    def _finish(self, batch: list[_Job], reduce: Callable[[list[_Job]], None]) -> None:
+        """Reduce ``batch`` and complete its Futures (an error surfaces in DDP's backward)."""
+        try:
+            reduce(batch)
+        except Exception as exc:
+            for j in batch:
+                j.future.set_exception(exc)  # type: ignore[arg-type]  # torch stub is wrong
+        else:
+            for j in batch:
+                j.future.set_result(j.tensor)
+        finally:
+            self._done(len(batch))
 
     def _run_call(self, job: _Call) -> None:
         try:
@@ -348,22 +388,70 @@ class CommEngine:
             started = self.stats.launched()
             self._all_reduce(chunk)
         counted_from = started if retried is None else retried  # the attempt whose result counts
+        self._account(
+            started, counted_from, payload=payload, wire=wire, reissued=retried is not None
+        )
+
+    def _account(
+        self, started: float, counted_from: float, *, payload: int, wire: int, reissued: bool
+    ) -> None:
+        """Pace a finished chunk's wire bytes and record its figures."""
         inside = time.perf_counter() - counted_from
         self.pacer.acquire(wire, started=counted_from)
         self.stats.completed(started, payload_bytes=payload, wire_bytes=wire)
         with self._lock:
             self._max_wait_in_collective = max(self._max_wait_in_collective, inside)
             self._chunk_times.append(time.perf_counter() - started)
-            if retried is not None:
+            if reissued:
                 self._reissued += 1
 
+    def _reduce_quantized(self, batch: list[_Job]) -> None:
+        """Sum one job's packed int8 rows across ranks, in place, chunk by chunk (whole rows,
+        a multiple of the world size of them; see the module docstring)."""
+        (job,) = batch
+        packed, n = job.tensor, self.world_size
+        per_chunk = max(n, self.chunk_bytes // PACKED_ROW // n * n)
+        for start in range(0, packed.shape[0], per_chunk):
+            self._reduce_quantized_chunk(packed[start : start + per_chunk], (job.quantized, start))
+
+    def _reduce_quantized_chunk(self, chunk: torch.Tensor, key: Hashable) -> None:
+        if self._yield_to is not None:
+            self._yield_to()
+        first_delay = 0.0
+        if self.fault is not None:
+            first_delay, _ = self.fault.delays(self.rank, self._step_fn())
+        if self.reissuer is not None:
+            self.reissuer.drain()  # re-issue covers all-reduces only; first attempts go first
+        if first_delay > 0:
+            time.sleep(first_delay)
+        payload = chunk.numel()  # int8
+        started = self.stats.launched()
+        received = torch.empty_like(chunk)
+        _wait_for_cuda(chunk)
+        dist.all_to_all_single(received, chunk, group=self.group)
+        _wait_for_cuda(received)
+        # Rows i * k .. (i + 1) * k - 1 of ``received`` are rank i's share of this rank's rows.
+        share = unpack_int8(received).view(self.world_size, -1, QUANT_BLOCK).sum(dim=0)
+        residual = self._shard_residuals.get(key)
+        if residual is not None and residual.shape == share.shape:
+            share.add_(residual)
+        summed = pack_int8(share)
+        self._shard_residuals[key] = share.sub_(unpack_int8(summed))
+        dist.all_gather_single(chunk, summed, group=self.group)
+        _wait_for_cuda(chunk)
+        # An all-to-all then an all-gather send a ring all-reduce's bytes.
+        wire = ring_allreduce_wire_bytes(payload, self.world_size)
+        self._account(started, started, payload=payload, wire=wire, reissued=False)
+
     def _all_reduce(self, chunk: torch.Tensor) -> None:
-        if chunk.is_cuda:
-            # NCCL collectives are asynchronous to the CPU: wait for the producer (backward)
-            # before, and for the reduction after, so timing and pacing see the real transfer.
-            # (Untested here: no GPU on the development machines.)
-            torch.cuda.synchronize(chunk.device)
-            dist.all_reduce(chunk, group=self.group)
-            torch.cuda.synchronize(chunk.device)
-        else:
-            dist.all_reduce(chunk, group=self.group)
+        _wait_for_cuda(chunk)
+        dist.all_reduce(chunk, group=self.group)
+        _wait_for_cuda(chunk)
+
+
+def _wait_for_cuda(tensor: torch.Tensor) -> None:
+    """NCCL collectives are asynchronous to the CPU: wait for the producer (backward) before,
+    and for the reduction after, so timing and pacing see the real transfer. (Untested here:
+    no GPU on the development machines.)"""
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)

@@ -13,7 +13,10 @@ rank gathers the same slices and issues the same collectives.
 With a wire dtype (``compress``, default bf16) what goes is otherwise rounded to it with
 error feedback (``compress.ErrorFeedback``): half the bytes, and what a rounding left out
 goes with the next step's gradient. Every rank receives the same reduced values, so
-critical replicas stay identical.
+critical replicas stay identical. While ``quantize`` is set (``compress=int8``, or ``auto``
+where it pays) the critical slices go as blockwise int8 instead (``compress.Int8Feedback``,
+a quarter of fp32's bytes), reduced by the engine's ``submit_quantized``; steps that
+average everything stay in the wire dtype.
 
 With ``late`` set (``late_critical``) the critical average of a step is applied at the next
 step instead, so backward never waits for the link (see ``_late_critical``).
@@ -24,14 +27,15 @@ step instead, so backward never waits for the link (see ``_late_critical``).
 import torch
 from torch._C._distributed_c10d import GradBucket  # = dist.GradBucket, typed for mypy
 
-from workers.runtime.compress import ErrorFeedback
+from workers.runtime.compress import ErrorFeedback, Int8Feedback
 from workers.runtime.engine import CommEngine
 
 
 class SelectiveState:
     """Hook state.
 
-    Hyper-parameters: ``engine``, ``feedback`` (the wire dtype and its residuals). Internal
+    Hyper-parameters: ``engine``, ``feedback`` (the wire dtype and its residuals), ``int8``
+    (the residuals of critical slices sent in blockwise int8, while ``quantize``). Internal
     state: ``critical`` (ids of critical parameters), ``sync_all``, the per-bucket slice
     cache. Statistics: ``grad_sq``.
     """
@@ -39,12 +43,14 @@ class SelectiveState:
     __slots__ = (
         "engine",
         "feedback",
+        "int8",
         "world_size",
         "critical",
         "sync_all",
         "grad_sq",
         "late",
         "exact",
+        "quantize",
         "_slices",
         "_version",
         "_late",
@@ -55,12 +61,14 @@ class SelectiveState:
     ) -> None:
         self.engine = engine
         self.feedback = feedback or ErrorFeedback(None)
+        self.int8 = Int8Feedback()
         self.world_size = engine.world_size
         self.critical = set(critical)
         self.sync_all = True
         self.grad_sq = 0.0
         self.late = False  # critical slices applied one step late (``_late_critical``)
         self.exact = False  # while sync_all: send fp32 rather than the wire format
+        self.quantize = False  # otherwise: critical slices in blockwise int8
         self._slices: dict[int, tuple[int, list[tuple[int, int]]]] = {}
         self._version = 0
         # Per bucket: the last step's critical ranges and the Future of their average.
@@ -71,6 +79,14 @@ class SelectiveState:
             self.critical = set(critical)
             self._version += 1
             self.feedback.clear()  # residuals belong to the old gathered layout
+            self.int8.clear()
+
+    def set_quantize(self, quantize: bool) -> None:
+        """Switch the critical slices' format (residuals of the other format are dropped)."""
+        if quantize != self.quantize:
+            self.quantize = quantize
+            self.feedback.clear()
+            self.int8.clear()
 
     def drop_late(self) -> None:
         """Forget the averages in flight (sync-everything mode starts: every rank alike)."""
@@ -116,9 +132,28 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     else:
         gathered = buf.new_empty(0)
     # Keyed by mode and bucket: the gathered layout is fixed for both while the set holds.
-    wire = state.feedback.compress((state.sync_all, bucket.index()), gathered)
-    fut = state.engine.submit(wire, flush=bucket.is_last())
+    fut = _reduce((state.sync_all, bucket.index()), state, gathered, flush=bucket.is_last())
     return _scatter_when_done(fut, buf, ranges)
+
+
+def _reduce(
+    key: tuple[bool, int], state: SelectiveState, gathered: torch.Tensor, *, flush: bool
+) -> torch.futures.Future[torch.Tensor]:
+    """Send gathered slices in their format (error feedback under ``key``); a Future of the
+    sum, in any float dtype (the scatter casts it back)."""
+    sync_all, _ = key
+    if not state.quantize or sync_all or not gathered.numel():
+        return state.engine.submit(state.feedback.compress(key, gathered), flush=flush)
+    packed = state.int8.compress(key, gathered, rows_multiple=state.world_size)
+    numel = gathered.numel()
+
+    def decode(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        return Int8Feedback.decode(f.value(), numel)
+
+    fut: torch.futures.Future[torch.Tensor] = state.engine.submit_quantized(
+        packed, key=key, flush=flush
+    ).then(decode)
+    return fut
 
 
 def _scatter_when_done(
@@ -156,9 +191,8 @@ def _late_critical(
         gathered = torch.cat([buf[a:b] for a, b in ranges]).div_(state.world_size)
     else:
         gathered = buf.new_empty(0)  # still submitted: a last bucket flushes what is pending
-    wire = state.feedback.compress((False, index), gathered)
     previous = state._late.pop(index, None)
-    state._late[index] = (ranges, state.engine.submit(wire, flush=bucket.is_last()))
+    state._late[index] = (ranges, _reduce((False, index), state, gathered, flush=bucket.is_last()))
     for a, b in ranges:
         buf[a:b].zero_()  # this step's average is in flight
     if previous is None:

@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from workers.runtime import protocol as p
-from workers.runtime.compress import ErrorFeedback, wire_dtype
+from workers.runtime.compress import INT8_SHARE, ErrorFeedback, wire_dtype
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.drift import DriftMonitor, relative_distance
 from workers.runtime.engine import FUSE_BYTES, CommEngine
@@ -45,6 +45,14 @@ SELECTIVE_ABOVE = 0.3
 # faster on tiny_gpt (455 KB of gradients a step), fp32 throughout on topics_encoder and
 # shapes_cnn (79 and 9 KB); at a 10% threshold tiny_gpt flipped between the two formats.
 BF16_MIN_SAVING = 0.05
+# With compress "auto", critical gradients go in blockwise int8 instead of bf16 where that
+# saves at least this share of a step's time on the link. int8 costs CPU time (quantizing
+# on both sides of a reduce-scatter, a second collective) that short steps on fast links
+# do not repay. Measured in the seed regime, 2 seeds (docs/benchmarks.md), time to target
+# against full for int8 throughout / bf16 throughout / this rule: tiny_gpt 2.16x / 1.87x /
+# 2.10x (the rule chose int8), zoo:rnn_lm 1.58x / 1.76x / 1.74x and shapes_cnn 1.07x /
+# 1.55x / 1.48x (it chose bf16).
+INT8_MIN_SAVING = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
@@ -123,6 +131,10 @@ class Adaptive(Strategy):
     * **Format while everything is averaged** (warm-up, fast-link mode): fp32, as ``full``
       sends it, where the wire format would save under ``BF16_MIN_SAVING`` of a step's time
       (small models, fast links); the wire format otherwise, and with no known rate.
+    * **Format of the critical gradients** otherwise: the wire format; with ``compress``
+      ``auto`` (the default) blockwise int8 instead (``compress.Int8Feedback``, about half
+      of bf16's bytes) where that saves at least ``INT8_MIN_SAVING`` of a step's time on the
+      link, decided each step from the agreed table; always with ``int8``.
     """
 
     name = p.SYNC_ADAPTIVE
@@ -156,6 +168,7 @@ class Adaptive(Strategy):
             engine=engine, critical=set(), feedback=ErrorFeedback(dtype)
         )
         self.state.late = config.late_critical
+        self.state.set_quantize(config.compress == "int8")  # "auto": decided each step
         # The periodic averages' deltas go in the same wire format, with their own residuals.
         self.delta_feedback = ErrorFeedback(dtype)
         # Wire bytes per parameter byte: what the link figures below count.
@@ -225,8 +238,11 @@ class Adaptive(Strategy):
     def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
         self.step_times.append(max(table[:, COL["step_time_s"]].tolist()))
         figures = self._decide(step, table)
-        # The format of the next step's gradients while everything is averaged (agreed).
+        # The formats of the next step's gradients (agreed): while everything is averaged,
+        # and of the critical gradients otherwise.
         self.state.exact = self.state.sync_all and self._fp32_is_cheap(table)
+        if self.config.compress == "auto":
+            self.state.set_quantize(self._int8_pays(table))
         return figures
 
     def _decide(self, step: int, table: torch.Tensor) -> dict[str, float]:
@@ -405,11 +421,15 @@ class Adaptive(Strategy):
             int(share * self._noncritical_bytes()), self.world_size
         )
         everything = ring_allreduce_wire_bytes(int(share * self.total_bytes), self.world_size)
+        critical = (self.total_bytes - self._noncritical_bytes()) * (
+            INT8_SHARE if self.state.quantize else share
+        )
         return _LinkSeconds(
             step=step_time,
             full_sync=everything / rate,
             noncritical=noncritical / rate,
-            critical=(everything - noncritical) / rate,
+            critical=ring_allreduce_wire_bytes(int(critical), self.world_size) / rate,
+            per_byte=ring_allreduce_wire_bytes(2**20, self.world_size) / 2**20 / rate,
         )
 
     def _noncritical_bytes(self) -> int:
@@ -428,6 +448,17 @@ class Adaptive(Strategy):
             return False
         saving = link.full_sync / self.wire_share - link.full_sync  # 0 when the format is fp32
         return saving < BF16_MIN_SAVING * link.step
+
+    def _int8_pays(self, table: torch.Tensor) -> bool:
+        """Whether critical gradients in int8 rather than the wire dtype would save at least
+        ``INT8_MIN_SAVING`` of a step's time on the link (False with no known rate or
+        timing, or while everything is averaged)."""
+        link = self._link_seconds(table)
+        if link is None or self.state.sync_all:
+            return False
+        critical_bytes = self.total_bytes - self._noncritical_bytes()
+        saved = critical_bytes * (self.wire_share - INT8_SHARE) * link.per_byte
+        return saved >= INT8_MIN_SAVING * link.step
 
     def _remember_noncritical(self) -> None:
         """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
@@ -599,12 +630,14 @@ class Adaptive(Strategy):
 
 
 class _LinkSeconds(NamedTuple):
-    """Seconds on the agreed link: a step, and all / non-critical / critical parameter bytes."""
+    """Seconds on the agreed link: a step; all / non-critical / critical parameter bytes in
+    the formats they go in; one byte of an all-reduce."""
 
     step: float
     full_sync: float
     noncritical: float
     critical: float
+    per_byte: float
 
 
 class _PendingAverage(NamedTuple):
