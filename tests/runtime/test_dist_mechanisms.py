@@ -354,6 +354,13 @@ def test_auto_format_sends_critical_gradients_in_int8_where_that_saves_enough_li
     # attn.bias alone would save ~0.05 ms a step: bf16.
     assert bias["step_bytes"][2:] == [128 * 2 + table] * 6
     assert bias["quantize_9_to_12"] == [False] * 4
+    # The decision, [while in bf16, while in int8]: int8 from a saving of 8% of a step on,
+    # kept down to 5% (no switching back and forth around one threshold).
+    assert result["decisions"] == {
+        "50 ms": [True, True],  # 13% of the step
+        "100 ms": [False, True],  # 6.5%
+        "200 ms": [False, False],  # 3.25%
+    }
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -45,14 +45,17 @@ SELECTIVE_ABOVE = 0.3
 # faster on tiny_gpt (455 KB of gradients a step), fp32 throughout on topics_encoder and
 # shapes_cnn (79 and 9 KB); at a 10% threshold tiny_gpt flipped between the two formats.
 BF16_MIN_SAVING = 0.05
-# With compress "auto", critical gradients go in blockwise int8 instead of bf16 where that
-# saves at least this share of a step's time on the link. int8 costs CPU time (quantizing
-# on both sides of a reduce-scatter, a second collective) that short steps on fast links
-# do not repay. Measured in the seed regime, 2 seeds (docs/benchmarks.md), time to target
-# against full for int8 throughout / bf16 throughout / this rule: tiny_gpt 2.16x / 1.87x /
-# 2.10x (the rule chose int8), zoo:rnn_lm 1.58x / 1.76x / 1.74x and shapes_cnn 1.07x /
-# 1.55x / 1.48x (it chose bf16).
-INT8_MIN_SAVING = 0.05
+# With compress "auto", critical gradients go in blockwise int8 instead of bf16 from when
+# that would save at least INT8_ABOVE of a step's time on the link, until it would save
+# under INT8_BELOW (hysteresis: each switch drops the error-feedback residuals). int8 costs
+# CPU time (quantizing on both sides of a reduce-scatter, a second collective) that short
+# steps on fast links do not repay. Measured (docs/benchmarks.md, seed regime, 2 ranks, 2
+# seeds), time to target against full for int8 throughout / bf16 throughout: tiny_gpt
+# 2.16x / 1.87x (int8 saves ~9% of its step), zoo:rnn_lm 1.58x / 1.76x (~3-5%, with a
+# worse loss under int8), shapes_cnn 1.07x / 1.55x. A single 5% threshold switched back
+# and forth on zoo:rnn_lm and on topics_encoder at 100 Mbit/s, and cost both.
+INT8_ABOVE = 0.08
+INT8_BELOW = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H).
 AVERAGING_BUDGET = 0.25
@@ -133,8 +136,9 @@ class Adaptive(Strategy):
       (small models, fast links); the wire format otherwise, and with no known rate.
     * **Format of the critical gradients** otherwise: the wire format; with ``compress``
       ``auto`` (the default) blockwise int8 instead (``compress.Int8Feedback``, about half
-      of bf16's bytes) where that saves at least ``INT8_MIN_SAVING`` of a step's time on the
-      link, decided each step from the agreed table; always with ``int8``.
+      of bf16's bytes) where that saves enough of a step's time on the link (from
+      ``INT8_ABOVE`` until under ``INT8_BELOW``), decided each step from the agreed table;
+      always with ``int8``.
     """
 
     name = p.SYNC_ADAPTIVE
@@ -450,15 +454,18 @@ class Adaptive(Strategy):
         return saving < BF16_MIN_SAVING * link.step
 
     def _int8_pays(self, table: torch.Tensor) -> bool:
-        """Whether critical gradients in int8 rather than the wire dtype would save at least
-        ``INT8_MIN_SAVING`` of a step's time on the link (False with no known rate or
-        timing, or while everything is averaged)."""
+        """Whether critical gradients should go in int8 rather than the wire dtype: the link
+        time int8 would save, as a share of a step, is at least ``INT8_ABOVE`` (or, while
+        they already go in int8, ``INT8_BELOW``). False with no known rate or timing, and
+        while everything is averaged."""
+        if self.state.sync_all:
+            return False
         link = self._link_seconds(table)
-        if link is None or self.state.sync_all:
+        if link is None:
             return False
         critical_bytes = self.total_bytes - self._noncritical_bytes()
         saved = critical_bytes * (self.wire_share - INT8_SHARE) * link.per_byte
-        return saved >= INT8_MIN_SAVING * link.step
+        return saved >= (INT8_BELOW if self.state.quantize else INT8_ABOVE) * link.step
 
     def _remember_noncritical(self) -> None:
         """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
