@@ -429,7 +429,8 @@ def check_fast_link() -> dict[str, Any]:
     """Adaptive syncs everything while the link is cheap relative to the step, then not.
 
     200 Mbit/s: full sync of Net's 152 KB takes ~6 ms. Steps 1-8 take 60 ms more (the share
-    of full sync is < 0.2: fast-link mode after the 2 warm-up steps); steps 9-20 do not
+    of full sync is < 0.2: fast-link mode from the end of the 2 warm-up steps, which the
+    figures of step 2 show); steps 9-20 do not
     (share > 0.3: selective sync again once most of the last 9 steps were quick), except
     step 17, as if the script evaluated before it: one slow step changes nothing.
     """
@@ -736,6 +737,7 @@ def int8_decisions(model: SynclaneDDP) -> dict[str, list[bool]]:
     strategy = model.session.strategy
     table = torch.zeros(dist.get_world_size(), len(COLUMNS), dtype=torch.float64)
     table[:, COL["rate_Bps"]] = 20e6 / 8
+    strategy._agree_rate(table.tolist())  # type: ignore[attr-defined]
     decisions: dict[str, list[bool]] = {}
     for step_s in (0.05, 0.1, 0.2):
         strategy.step_times.clear()  # type: ignore[attr-defined]
@@ -743,7 +745,7 @@ def int8_decisions(model: SynclaneDDP) -> dict[str, list[bool]]:
         seen = []
         for on in (False, True):
             strategy.state.set_quantize(on)  # type: ignore[attr-defined]
-            seen.append(strategy._int8_pays(table))  # type: ignore[attr-defined]
+            seen.append(strategy._int8_pays())  # type: ignore[attr-defined]
         decisions[f"{step_s * 1000:g} ms"] = seen
     return decisions
 

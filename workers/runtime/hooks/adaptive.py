@@ -29,6 +29,7 @@ from torch._C._distributed_c10d import GradBucket  # = dist.GradBucket, typed fo
 
 from workers.runtime.compress import ErrorFeedback, Int8Feedback
 from workers.runtime.engine import CommEngine
+from workers.runtime.hooks.wrappers import squared_norm
 
 
 class SelectiveState:
@@ -114,7 +115,7 @@ class SelectiveState:
 def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average critical gradient slices globally; keep non-critical slices local."""
     buf = bucket.buffer()
-    state.grad_sq += float(buf.pow(2).sum())
+    state.grad_sq += squared_norm(buf)
     ranges = [(0, buf.numel())] if state.sync_all else state.slices(bucket)
     if state.late and not state.sync_all:
         return _late_critical(state, bucket, buf, ranges)

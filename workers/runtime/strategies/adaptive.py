@@ -185,9 +185,14 @@ class Adaptive(Strategy):
         self.measured_critical: list[str] = []  # chosen that way (kept in checkpoints)
         self.loss_warned = False
         self.critical_names: set[str] = set()  # base + promoted
-        self.noncritical: list[str] = []
+        self.noncritical: list[str] = []  # set by _set_noncritical, with its sizes
+        self._noncritical_numel = 0
+        self._noncritical_bytes = 0
         self.synced: dict[str, torch.Tensor] = {}  # flat copies at the last global sync
+        self._synced_norm: float | None = None  # of the non-critical ones (None: not yet taken)
         self.total_bytes = 0
+        self.total_numel = 0
+        self._rate: float | None = None  # this step's agreed link rate, B/s (None: unknown)
 
     def register(self, ddp: DistributedDataParallel) -> None:
         self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
@@ -212,6 +217,7 @@ class Adaptive(Strategy):
             )
         self.critical_names = set(self.base_critical)
         self.total_bytes = sum(q.numel() * q.element_size() for _, q in self.named)
+        self.total_numel = sum(q.numel() for _, q in self.named)
         self.state.set_critical(self._ids(self.critical_names))
         ddp.register_comm_hook(self.state, selective_hook)
         self._set_sync_all(True)  # warm-up
@@ -234,24 +240,41 @@ class Adaptive(Strategy):
             self._apply_pending()
 
     def local_drift(self) -> float:
+        """||w - w_sync|| / ||w_sync|| over the non-critical parameters, per parameter (fused
+        ops, no concatenated copies; the reference norm is kept until the next sync)."""
         if self.state.sync_all or not self.noncritical:
             return 0.0
-        params = self.noncritical_params()
-        return relative_distance(flat(params), flat([self.synced[n] for n in self.noncritical]))
+        synced = [self.synced[n] for n in self.noncritical]
+        if self._synced_norm is None:
+            self._synced_norm = _norm_of(torch._foreach_norm(synced))
+        if self._synced_norm == 0.0:
+            return 0.0
+        current = [q.detach().reshape(-1) for q in self.noncritical_params()]
+        distance = _norm_of(torch._foreach_norm(torch._foreach_sub(current, synced)))
+        return distance / self._synced_norm
 
     def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
-        self.step_times.append(max(table[:, COL["step_time_s"]].tolist()))
-        figures = self._decide(step, table)
+        rows = table.tolist()
+        self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
+        self._agree_rate(rows)
+        figures = self._decide(step, rows)
         # The formats of the next step's gradients (agreed): while everything is averaged,
         # and of the critical gradients otherwise.
-        self.state.exact = self.state.sync_all and self._fp32_is_cheap(table)
+        self.state.exact = self.state.sync_all and self._fp32_is_cheap()
         if self.config.compress == "auto":
-            self.state.set_quantize(self._int8_pays(table))
+            self.state.set_quantize(self._int8_pays())
         return figures
 
-    def _decide(self, step: int, table: torch.Tensor) -> dict[str, float]:
+    def _agree_rate(self, rows: list[list[float]]) -> None:
+        """Take the slowest rank's link rate from the agreed table's rows (0: none known)."""
+        rates = [row[COL["rate_Bps"]] for row in rows if row[COL["rate_Bps"]] > 0]
+        self._rate = min(rates) if rates else None
+
+    def _decide(self, step: int, rows: list[list[float]]) -> dict[str, float]:
         """Act on the agreed table: modes, the sync period, averages (see the class doc)."""
-        losses = [v for v in table[:, COL["loss"]].tolist() if math.isfinite(v)]
+        drifts = [row[COL["drift"]] for row in rows]
+        grad_norms = [row[COL["grad_norm"]] for row in rows]
+        losses = [v for v in (row[COL["loss"]] for row in rows) if math.isfinite(v)]
         if losses:
             mean = sum(losses) / len(losses)
             self.loss_ema = mean if self.loss_ema is None else 0.8 * self.loss_ema + 0.2 * mean
@@ -267,17 +290,15 @@ class Adaptive(Strategy):
                     RuntimeWarning,
                     stacklevel=2,
                 )
-        share = self._full_sync_share(table)
+        share = self._full_sync_share()
         if self.state.sync_all:
-            if self.fast_link and share is not None and share < SELECTIVE_ABOVE:
-                # The link is still cheap: keep syncing everything (drift is 0; an alarm
-                # raised before can clear).
-                self.drift.update(
-                    step=step,
-                    drifts=table[:, COL["drift"]].tolist(),
-                    grad_norms=table[:, COL["grad_norm"]].tolist(),
-                    losses=losses,
-                )
+            stay = SELECTIVE_ABOVE if self.fast_link else FULL_SYNC_BELOW
+            if share is not None and share < stay and self.optimizer is not None:
+                # The link is cheap: keep syncing everything (drift is 0; an alarm raised
+                # before can clear). Warm-up that ends on such a link goes straight on in
+                # fast-link mode: its replicas and moments are already identical.
+                self.fast_link = True
+                self.drift.update(step=step, drifts=drifts, grad_norms=grad_norms, losses=losses)
                 return self._figures()
             # Warm-up (or fast-link mode) ends: replicas are identical, start selective sync.
             if self.measure_critical and not self.measured_critical:
@@ -296,15 +317,12 @@ class Adaptive(Strategy):
             self._set_sync_all(True, fast_link=True)
             return self._figures()
         enhancing = self.drift.update(
-            step=step,
-            drifts=table[:, COL["drift"]].tolist(),
-            grad_norms=table[:, COL["grad_norm"]].tolist(),
-            losses=losses,
+            step=step, drifts=drifts, grad_norms=grad_norms, losses=losses
         )
         if enhancing or step - self.last_sync_step >= self.period:
             self._apply_pending()  # a new average starts from the last one (rarely waits)
-            self._adapt_period(table)
-            self._launch_sync(step, lag=1 if enhancing else self._lag(table))
+            self._adapt_period()
+            self._launch_sync(step, lag=1 if enhancing else self._lag())
         return self._figures()
 
     def synchronize(self) -> None:
@@ -401,12 +419,21 @@ class Adaptive(Strategy):
         Called when the replicas were just made identical, so the deltas' residuals, already
         contained in what was averaged, are dropped.
         """
-        self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
         self.delta_feedback.clear()
         self.synced = {n: q.detach().reshape(-1).clone() for n, q in self.named}
+        self._set_noncritical()
 
-    def _link_seconds(self, table: torch.Tensor) -> _LinkSeconds | None:
-        """Link times from the agreed table (slowest rank's rate; None: no rate), of the
+    def _set_noncritical(self) -> None:
+        """Take the parameters outside the critical set, in model order, and their sizes
+        (after the critical set or the synced copies changed)."""
+        self.noncritical = [n for n, _ in self.named if n not in self.critical_names]
+        params = self.noncritical_params()
+        self._noncritical_numel = sum(q.numel() for q in params)
+        self._noncritical_bytes = sum(q.numel() * q.element_size() for q in params)
+        self._synced_norm = None
+
+    def _link_seconds(self) -> _LinkSeconds | None:
+        """Link times at the agreed rate (the slowest rank's; None: no rate), of the
         bytes adaptive sends: in its wire format (``compress``), against the step time (the
         median of the recent agreed ones, ``STEP_TIME_WINDOW``).
 
@@ -415,14 +442,13 @@ class Adaptive(Strategy):
         """
         if self.config.deterministic:
             return None
-        rates: list[float] = [r for r in table[:, COL["rate_Bps"]].tolist() if r > 0]
+        rate = self._rate
         step_time = statistics.median(self.step_times) if self.step_times else 0.0
-        if not rates or step_time <= 0:
+        if rate is None or step_time <= 0:
             return None
-        rate = min(rates)
         share = self.wire_share  # gradients and averages go in the wire format
         noncritical = ring_allreduce_wire_bytes(
-            int(share * self._noncritical_bytes()), self.world_size
+            int(share * self._noncritical_bytes), self.world_size
         )
         everything = ring_allreduce_wire_bytes(int(share * self.total_bytes), self.world_size)
         critical = self._critical_bytes() * (INT8_SHARE if self.state.quantize else share)
@@ -435,33 +461,30 @@ class Adaptive(Strategy):
         )
 
     def _critical_bytes(self) -> int:
-        return self.total_bytes - self._noncritical_bytes()
+        return self.total_bytes - self._noncritical_bytes
 
-    def _noncritical_bytes(self) -> int:
-        return sum(self.synced[n].numel() * self.synced[n].element_size() for n in self.noncritical)
-
-    def _full_sync_share(self, table: torch.Tensor) -> float | None:
+    def _full_sync_share(self) -> float | None:
         """Full sync's link time as a share of the step time (None: link rate unknown)."""
-        link = self._link_seconds(table)
+        link = self._link_seconds()
         return None if link is None else link.full_sync / link.step
 
-    def _fp32_is_cheap(self, table: torch.Tensor) -> bool:
+    def _fp32_is_cheap(self) -> bool:
         """Whether averaging everything in fp32 costs under ``BF16_MIN_SAVING`` of a step more
         link time than the wire format would (False with no known rate or timing)."""
-        link = self._link_seconds(table)
+        link = self._link_seconds()
         if link is None:
             return False
         saving = link.full_sync / self.wire_share - link.full_sync  # 0 when the format is fp32
         return saving < BF16_MIN_SAVING * link.step
 
-    def _int8_pays(self, table: torch.Tensor) -> bool:
+    def _int8_pays(self) -> bool:
         """Whether critical gradients should go in int8 rather than the wire dtype: the link
         time int8 would save, as a share of a step, is at least ``INT8_ABOVE`` (or, while
         they already go in int8, ``INT8_BELOW``). False with no known rate or timing, and
         while everything is averaged."""
         if self.state.sync_all:
             return False
-        link = self._link_seconds(table)
+        link = self._link_seconds()
         if link is None:
             return False
         saved = self._critical_bytes() * (self.wire_share - INT8_SHARE) * link.per_byte
@@ -480,14 +503,12 @@ class Adaptive(Strategy):
         if before is None:
             return
         params = self.noncritical_params()
-        with torch.no_grad():  # one fused call per op over all of them (was ~3 per parameter)
-            torch._foreach_sub_(params, before)
-            torch._foreach_mul_(params, self.step_scale)
-            torch._foreach_add_(params, before)
+        with torch.no_grad():  # before + scale x (after - before), in one fused call
+            torch._foreach_lerp_(params, before, 1.0 - self.step_scale)
 
-    def _lag(self, table: torch.Tensor) -> int:
+    def _lag(self) -> int:
         """Steps the average may travel before it is applied (see the class docstring)."""
-        link = self._link_seconds(table)
+        link = self._link_seconds()
         if link is None:
             return 1
         idle_s = link.step - link.critical
@@ -504,34 +525,35 @@ class Adaptive(Strategy):
         params = self.noncritical_params()
         if not params:
             return
-        snapshot = flat(params).clone()
+        snapshot = flat(params)
         # The last synced values are the same on every rank, so the average of the replicas is
         # base + the average of (snapshot - base): the delta goes, in the wire format, with
         # error feedback per parameter (what a rounding left out goes with the next average).
         base = flat([self.synced[n] for n in names])
         delta = snapshot - base
-        offset = 0
-        wire: list[torch.Tensor] = []
-        for name in names:
-            size = self.synced[name].numel()
-            piece = delta[offset : offset + size].div_(self.world_size)
-            wire.append(self.delta_feedback.compress(name, piece))
-            offset += size
-        # Scores: every non-critical parameter's movement since its last sync, and every
-        # promoted one's (critical, so synced every step, but its movement since the last
-        # global sync is what keeps it promoted). Averaged across ranks with the parameters:
-        # decisions must come from agreed figures, as replicas need not be bit-identical.
+        sizes = [self.synced[n].numel() for n in names]
+        # Scores: every non-critical parameter's movement since its last sync (relative, as
+        # relative_distance: 0 where the synced copy is 0), and every promoted one's (critical,
+        # so synced every step, but its movement since the last global sync is what keeps it
+        # promoted). Averaged across ranks with the parameters: decisions must come from
+        # agreed figures, as replicas need not be bit-identical.
+        moved_by = torch.stack(torch._foreach_norm(torch.split(delta, sizes)))
+        reference = torch.stack(torch._foreach_norm(torch.split(base, sizes)))
+        moved = torch.where(reference > 0, moved_by / reference.clamp_min(1e-30), 0.0)
         scored = names + sorted(self.critical_names - self.base_critical)
-        moved = torch.tensor(
-            [
-                relative_distance(self.by_name[n].detach().reshape(-1), self.synced[n])
-                for n in scored
-            ],
-            dtype=torch.float32,
-        )
+        promoted_moved = [
+            relative_distance(self.by_name[n].detach().reshape(-1), self.synced[n])
+            for n in scored[len(names) :]
+        ]
+        moved = torch.cat([moved, torch.tensor(promoted_moved, dtype=moved.dtype)])
+        delta.div_(self.world_size)
+        wire = [
+            self.delta_feedback.compress(name, piece)
+            for name, piece in zip(names, torch.split(delta, sizes), strict=True)
+        ]
         for name in scored[len(names) :]:  # promoted: measure from now on
             self.synced[name] = self.by_name[name].detach().reshape(-1).clone()
-        scores = moved.div_(self.world_size).to(wire[0].device, wire[0].dtype)
+        scores = moved.to(torch.float32).div_(self.world_size).to(wire[0].device, wire[0].dtype)
         outgoing = torch.cat([*wire, scores])
         fut = self.background.submit(outgoing, flush=True)
         self._pending = _PendingAverage(fut, snapshot, base, names, scored, apply_at=step + lag)
@@ -546,17 +568,17 @@ class Adaptive(Strategy):
         n = snapshot.numel()
         average = pending.base + reduced[:n]
         delta = average - snapshot
-        offset = 0
+        params: list[torch.Tensor] = [self.by_name[name] for name in names]
+        sizes = [q.numel() for q in params]
         with torch.no_grad():
-            for name in names:
-                q = self.by_name[name]
-                q.add_(delta[offset : offset + q.numel()].view_as(q))
-                self.synced[name] = average[offset : offset + q.numel()].clone()
-                offset += q.numel()
+            steps = [d.view_as(q) for d, q in zip(torch.split(delta, sizes), params, strict=True)]
+            torch._foreach_add_(params, steps)
+        for name, synced in zip(names, torch.split(average, sizes), strict=True):
+            self.synced[name] = synced  # views of one tensor, never written to
         for name, score in zip(pending.scored, reduced[n:].tolist(), strict=True):
             self.scores[name] = score
         self._reclassify()
-        self.noncritical = [m for m, _ in self.named if m not in self.critical_names]
+        self._set_noncritical()
 
     def _reclassify(self) -> None:
         """Promote the highest movement-per-byte parameters within the promotion budget.
@@ -611,12 +633,12 @@ class Adaptive(Strategy):
         ]
         average(self.engine, [*params, *moments])
 
-    def _adapt_period(self, table: torch.Tensor) -> None:
+    def _adapt_period(self) -> None:
         h0 = self.config.sync_period
         ada = h0
         if self.loss0 and self.loss_ema is not None and self.loss0 > 0:
             ada = math.ceil(h0 * math.sqrt(max(self.loss_ema, 0.0) / self.loss0))
-        link = self._link_seconds(table)
+        link = self._link_seconds()
         bound = 1
         if link is not None:
             bound = math.ceil(link.noncritical / (AVERAGING_BUDGET * link.step))
@@ -624,13 +646,13 @@ class Adaptive(Strategy):
 
     def _figures(self) -> dict[str, float]:
         everything = self.state.sync_all
-        critical = sum(q.numel() for n, q in self.named if everything or n in self.critical_names)
+        critical = self.total_numel - (0 if everything else self._noncritical_numel)
         return {
             "sync_period": float(1 if self.drift.enhancing or everything else self.period),
             "drift": self.drift.last_drift,
             "grad_norm_var": self.drift.grad_norm_var,
             "loss_descent_rate": self.drift.loss_rate,
-            "critical_fraction": critical / max(1, sum(q.numel() for _, q in self.named)),
+            "critical_fraction": critical / max(1, self.total_numel),
             "sync_enhanced": float(self.drift.enhancing),
             "fast_link": float(self.fast_link),
         }
@@ -667,6 +689,11 @@ _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adagrad,
     torch.optim.Adadelta,
 )
+
+
+def _norm_of(norms: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> float:
+    """The norm of tensors end to end, from their norms (``torch._foreach_norm``)."""
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
 def local_step_scale(
