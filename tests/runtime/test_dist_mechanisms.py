@@ -190,8 +190,12 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
 ) -> None:
     result = run_check("drift", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="51")
     trail = {row["step"]: row for row in result["trail"]}
-    assert trail[12]["drift"] > 0.5 and trail[12]["enhanced"] == 1.0  # the LR spike on rank 1
-    assert all(row["drift"] < 0.5 for s, row in trail.items() if s != 12)
+    # Decisions read the previous step's agreed table: step 13 reports the drift of rank 1's
+    # LR spike at step 12 and turns enhancement on; the average it starts lands at step 14's
+    # start, so step 13 drifted as far (reported at 14) and step 14 is back (at 15).
+    assert trail[13]["drift"] > 0.5 and trail[13]["enhanced"] == 1.0
+    assert trail[14]["drift"] > 0.5 and trail[14]["enhanced"] == 1.0
+    assert all(row["drift"] < 0.5 for s, row in trail.items() if s not in (13, 14))
     assert result["raised"] == result["cleared"] == 1
     raised, cleared = alarms(r, "51", p.ALARM_SYNC_DRIFT)
     assert (raised["kind"], raised["state"], raised["step"], raised["threshold"]) == (
@@ -201,17 +205,17 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
         0.5,
     )
     assert raised["value"] > 0.5
-    assert (cleared["state"], cleared["step"]) == ("cleared", 13)
+    # Alarms name the step whose drift was measured.
+    assert (cleared["state"], cleared["step"]) == ("cleared", 14)
 
 
 def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:
     result = run_check("fault", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="52")
-    assert result["failed_at"] == [
-        10,
-        10,
-    ]  # degraded from step 3, escalated after 8 steps, on both ranks
+    # Degraded from step 3; 8 degraded steps (3-10) escalate, on both ranks, at the end of
+    # step 11, which decides on step 10's agreed table.
+    assert result["failed_at"] == [11, 11]
     assert result["chunks"][:2] == [262144.0, 262144.0] and result["chunks"][-1] == 65536.0
     [straggler] = alarms(r, "52", p.ALARM_STRAGGLER)
     [raised] = alarms(r, "52", p.ALARM_LINK_DEGRADED)
@@ -240,14 +244,16 @@ def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalate
 ) -> None:
     result = run_check("reissue", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="57")
     on, off = result["on"], result["off"]
-    # Without re-issue, 8 degraded steps in a row (3 to 10) escalate, as for any slow link.
-    assert off["failed_at"] == 10
-    # With it: step 3 is degraded (the alarm raises and turns re-issue on), then every step
-    # of the blip re-issues its late chunks and goes through; the run outlasts the fault.
+    # Without re-issue, 8 degraded steps in a row (3 to 10) escalate, as for any slow link
+    # (at the end of step 11, which decides on step 10's agreed table).
+    assert off["failed_at"] == 11
+    # With it: step 3 is degraded (the alarm, decided at the end of step 4 on step 3's table,
+    # raises and turns re-issue on), then every step of the blip re-issues its late chunks
+    # and goes through; the run outlasts the fault.
     assert on["failed_at"] is None and len(on["losses"]) == 20
     reissued = on["reissued"]
-    assert reissued[:3] == [0, 0, 0], reissued
-    assert all(n >= 1 for n in reissued[3:12]), reissued  # steps 4 to 12
+    assert reissued[:4] == [0, 0, 0, 0], reissued
+    assert all(n >= 1 for n in reissued[4:12]), reissued  # steps 5 to 12
     assert reissued[-3:] == [0, 0, 0], reissued  # healthy again, re-issue off
     # A retry carries the chunk's own values: training is exactly the fault-free one.
     assert on["losses"] == result["clean"]
@@ -262,7 +268,7 @@ def test_a_degraded_link_reissues_late_chunks_and_rides_out_a_blip_that_escalate
     # re-issued during the blip, and the critical parameters stay identical on both ranks.
     adaptive = result["adaptive"]
     assert adaptive["failed_at"] is None
-    assert all(n >= 1 for n in adaptive["reissued"][3:12]), adaptive
+    assert all(n >= 1 for n in adaptive["reissued"][4:12]), adaptive  # steps 5 to 12
     assert adaptive["reissued"][-3:] == [0, 0, 0], adaptive
     assert adaptive["critical_equal"] is True
 
@@ -403,9 +409,10 @@ def test_late_critical_gives_the_optimizer_the_previous_steps_average_on_every_r
 def test_warm_up_sends_fp32_where_the_wire_format_would_save_little(tmp_path: Path) -> None:
     result = run_check("sync_all_format", tmp_path)
     fp32, fast, slow = result["fast_fp32"], result["fast_bf16"], result["slow_bf16"]
-    # Step 1 has no timing: the wire format (bf16, about half of fp32's bytes).
-    assert fast[0] < 0.6 * fp32[0]
+    # Steps 1-2 have no timing (step 2's format is decided at the end of step 1, before any
+    # table is agreed): the wire format (bf16, about half of fp32's bytes).
+    assert fast[0] < 0.6 * fp32[0] and fast[1] < 0.6 * fp32[1]
     # Then, on a fast link, what full sends (fp32): bf16 would save a small share of a step.
-    assert fast[1:] == fp32[1:]
+    assert fast[2:] == fp32[2:]
     # On a slow link bf16 saves most of a step: the wire format throughout.
     assert all(b < 0.6 * fp32[1] for b in slow), slow

@@ -253,9 +253,11 @@ class Adaptive(Strategy):
         distance = _norm_of(torch._foreach_norm(torch._foreach_sub(current, synced)))
         return distance / self._synced_norm
 
-    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
-        rows = table.tolist()
-        self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
+    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
+        # The first step has no agreed figures yet: it decides as with no timing and no loss.
+        rows = [] if table is None else table.tolist()
+        if rows:
+            self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
         self._agree_rate(rows)
         figures = self._decide(step, rows)
         # The formats of the next step's gradients (agreed): while everything is averaged,
@@ -298,7 +300,9 @@ class Adaptive(Strategy):
                 # before can clear). Warm-up that ends on such a link goes straight on in
                 # fast-link mode: its replicas and moments are already identical.
                 self.fast_link = True
-                self.drift.update(step=step, drifts=drifts, grad_norms=grad_norms, losses=losses)
+                self.drift.update(
+                    step=step - 1, drifts=drifts, grad_norms=grad_norms, losses=losses
+                )
                 return self._figures()
             # Warm-up (or fast-link mode) ends: replicas are identical, start selective sync.
             if self.measure_critical and not self.measured_critical:
@@ -316,8 +320,8 @@ class Adaptive(Strategy):
             self._snapshot()
             self._set_sync_all(True, fast_link=True)
             return self._figures()
-        enhancing = self.drift.update(
-            step=step, drifts=drifts, grad_norms=grad_norms, losses=losses
+        enhancing = self.drift.update(  # alarms name the step whose drift was measured
+            step=step - 1, drifts=drifts, grad_norms=grad_norms, losses=losses
         )
         if enhancing or step - self.last_sync_step >= self.period:
             self._apply_pending()  # a new average starts from the last one (rarely waits)

@@ -3,8 +3,8 @@
 
 Each strategy registers one DDP comm hook and may act after each optimizer step with the
 per-step table every rank agreed on (``Session._agree``): one row per rank, columns
-``COLUMNS``. Decisions taken from that table are identical on every rank, which is what
-keeps the ranks' collectives matched.
+``COLUMNS``, of the step before (it travels while a step computes). Decisions taken from
+that table are identical on every rank, which is what keeps the ranks' collectives matched.
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ class Strategy:
         """Return this rank's drift from the last globally synced weights (0: always synced)."""
         return 0.0
 
-    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
-        """Act on the agreed table after optimizer step ``step``; return figures to report."""
+    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
+        """Act after optimizer step ``step`` on the agreed table of the step before (None
+        at the first step: no table has been agreed yet); return figures to report."""
         return {}
 
     def synchronize(self) -> None:

@@ -95,7 +95,7 @@ class LocalSGD(Strategy):
     def local_drift(self) -> float:
         return relative_distance(flat(self.params), flat(self.synced))
 
-    def after_step(self, step: int, table: torch.Tensor) -> dict[str, float]:
+    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
         a = self.averager
         due = a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
         if not due:
