@@ -41,6 +41,7 @@ Rows go to ``bench-results/sync.json``; a table averaged over seeds is printed.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -581,6 +582,11 @@ def train_run(
 
     sync, changes = ARMS.get(strategy, (strategy, {}))
     rank, world = dist.get_rank(), dist.get_world_size()
+    # The previous run's model, DDP and process groups (with their threads) sit in reference
+    # cycles until a full collection; collect them here, off the clock. Left to the collector
+    # they were freed inside a later timed run: shapes_cnn runs of ~0.9 s took up to 1.26 s,
+    # more often the later a strategy ran in a rank's sequence.
+    gc.collect()
     torch.manual_seed(seed)
     net = wl.model()
     shadow = wl.model()  # holds the averaged replicas for evaluation
