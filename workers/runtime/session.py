@@ -329,7 +329,7 @@ class SyncSession:
         since ``wrap``; under ``none``, which never communicates, this step's own rows).
 
         A step's table crosses the link while the next step computes, so no rank waits for
-        the others here (measured: a blocking all-reduce cost tiny_gpt's steps 1.5-2 ms, the
+        the others here (measured: a blocking all-reduce cost tiny_gpt's steps 1-2 ms, the
         ranks' step-time jitter). Decisions then act one step later, alike on every rank.
         """
         table = torch.zeros(self.world_size, len(row), dtype=torch.float64)
