@@ -441,9 +441,15 @@ def check_fast_link() -> dict[str, Any]:
         )
     )
     steps = []
+    slow = {"step": 0}
+
+    def compute_slowly(_module: nn.Module, _inputs: Any) -> None:
+        if slow["step"] <= 8 or slow["step"] == 17:
+            time.sleep(0.06)  # in the forward: part of the step, the first one's too
+
+    model.module.register_forward_pre_hook(compute_slowly)
     for step in range(1, 21):
-        if step <= 8 or step == 17:
-            time.sleep(0.06)
+        slow["step"] = step
         train_one(model, opt, step)
         figures = model.session.pop_step_stats()
         params = torch.cat([q.detach().reshape(-1) for q in model.module.parameters()])
@@ -709,8 +715,10 @@ def check_auto_format() -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, critical in (("attn", r"^attn\."), ("bias", r"^attn\.bias$")):
+        # Four warm-up steps: the first selective step's format rests on the median of three
+        # agreed step times, so one stalled step on a loaded machine does not decide it.
         cfg = base_cfg(
-            sync="adaptive", warmup_steps=2, sync_period=32, link_mbps=20.0,
+            sync="adaptive", warmup_steps=4, sync_period=32, link_mbps=20.0,
             critical=critical, drift_threshold=1e9,
         )  # fmt: skip
         model, opt = wrapped(cfg)
@@ -725,6 +733,16 @@ def check_auto_format() -> dict[str, Any]:
             out["decisions"] = int8_decisions(model)
         model.session.close()
     return out
+
+
+def check_first_step_clock() -> dict[str, Any]:
+    """The first step's agreed time, after a 0.5 s pause between wrap() and training."""
+    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=4))
+    time.sleep(0.5)  # as a script loading a checkpoint after wrap() would
+    train(model, opt, 3)  # the end of step 2 reads step 1's table, of step 3 step 2's
+    times = list(model.session.strategy.step_times)  # type: ignore[attr-defined]
+    model.session.close()
+    return {"step_times_s": times}
 
 
 def int8_decisions(model: SynclaneDDP) -> dict[str, list[bool]]:
@@ -841,6 +859,7 @@ CHECKS = {
         check_compress,
         check_int8_sum,
         check_auto_format,
+        check_first_step_clock,
         check_late_critical,
         check_sync_all_format,
     )

@@ -118,6 +118,10 @@ class SyncSession:
         self.figures: dict[str, float] = {}
         self.links: list[LinkSample] = []  # the latest probe matrix (pairs i < j)
         self._loss: torch.Tensor | None = None
+        # The end of the last step: a step's time runs from there to the end of its optimizer
+        # step. The first one's clock starts at its forward (``start_clock``): what runs
+        # between wrap() and training (loading a checkpoint, starting data loaders) is no
+        # step's time, and the first step's time is all the timing decisions after it have.
         self._last_step_end = time.perf_counter()
         # This step's table on its way (the all-reduce's work and the table it fills).
         self._agreeing: tuple[dist.Work, torch.Tensor] | None = None
@@ -132,6 +136,10 @@ class SyncSession:
     def set_step(self, step: int) -> None:
         """Tell the session the global step (e.g. after resuming from a checkpoint)."""
         self.step = step
+
+    def start_clock(self) -> None:
+        """Start the first step's clock now (wrap() calls it at the first forward)."""
+        self._last_step_end = time.perf_counter()
 
     def note_loss(self, loss: torch.Tensor | float) -> None:
         """Record this step's loss (done automatically when forward returns a scalar)."""
@@ -447,6 +455,7 @@ def wrap(
     session.groups = [g for g in own if g is not None]
     ddp.session = session
     ddp.register_forward_hook(_capture_loss(session))
+    _start_clock_at_first_forward(ddp, session)
     atexit.register(_close_at_exit, weakref.ref(session))
     if optimizer is not None:
         optimizer.register_step_post_hook(lambda *_: session.after_optimizer_step())
@@ -503,6 +512,16 @@ def _let_compile_split_at_first_bucket_size(ddp: DistributedDataParallel) -> Non
     first = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 0))
     if ddp.bucket_bytes_cap < first:
         ddp.bucket_bytes_cap = first
+
+
+def _start_clock_at_first_forward(ddp: nn.Module, session: SyncSession) -> None:
+    """Register a forward pre-hook that starts the session's clock once, then goes."""
+
+    def hook(_module: nn.Module, _inputs: Any) -> None:
+        session.start_clock()
+        handle.remove()
+
+    handle = ddp.register_forward_pre_hook(hook)
 
 
 def _capture_loss(session: SyncSession) -> Any:
