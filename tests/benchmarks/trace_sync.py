@@ -1,14 +1,17 @@
-"""Where a training step's time goes: a per-step trace of tiny_gpt under one sync strategy.
+"""Where a training step's time goes: a per-step trace of one model under one sync strategy.
 
-    .venv/bin/python tests/benchmarks/trace_sync.py                      # adaptive, 2 ranks, 100 Mbit/s
+    .venv/bin/python tests/benchmarks/trace_sync.py                      # tiny_gpt, adaptive, 2 ranks, 100 Mbit/s
     .venv/bin/python tests/benchmarks/trace_sync.py --sync full --world 4 --show 2
+    .venv/bin/python tests/benchmarks/trace_sync.py --model zoo:bn_mlp --link 1350
 
 A diagnostic, not a benchmark (``make bench`` does not run it): it launches a real ``torchrun``
 of this file, and on rank 0 records when forward, backward and the optimizer step (with the
 session's per-step agreement) begin and end, and every collective of the gradient engine
 ("fg") and of the background averaging lane ("bg"). To see the collectives it wraps the
 engine methods of this run's session that take and reduce transfers (``submit``,
-``_reduce_chunk`` and their int8 counterparts), and ``_agree``; nothing else changes.
+``_reduce_chunk`` and their int8 counterparts), ``_agree``, and adaptive's start of an
+average (``launch +lag``) and its application (``apply`` ... ``applied``: a wait shows
+between the two); nothing else changes.
 Prints the mean phase times of steps with and without background traffic, then the
 timeline of the last ``--show`` steps (ms from the step's start). docs/benchmarks.md quotes it.
 """
@@ -33,6 +36,7 @@ PHASES = ("fwd", "bwd", "opt", "end")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny_gpt", help="as bench_sync's --models names one")
     ap.add_argument("--sync", default="adaptive")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--link", type=float, default=100.0, help="emulated link, Mbit/s")
@@ -55,7 +59,8 @@ def launch(args: argparse.Namespace) -> list[list[Any]]:
         env = rank_env(args.link, **settings)  # the same environment as bench_sync's runs
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(args.world), __file__, "--sync", args.sync,
+            "--nproc-per-node", str(args.world), __file__, "--model", args.model,
+            "--sync", args.sync,
             "--steps", str(args.steps), "--out", str(out),
         ]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
@@ -66,23 +71,24 @@ def launch(args: argparse.Namespace) -> list[list[Any]]:
 
 
 def rank_main(args: argparse.Namespace) -> None:
-    """One rank: train tiny_gpt for ``--steps`` steps, recording events (rank 0 writes them)."""
+    """One rank: train the model for ``--steps`` steps, as bench_sync does (its batches,
+    loss and optimizer), recording events (rank 0 writes them)."""
     import torch
     import torch.distributed as dist
+    from bench_sync import workload
 
     from workers.runtime.config import RuntimeConfig
     from workers.runtime.engine import CommEngine
     from workers.runtime.session import wrap
-    from workers.workloads import tiny_gpt
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    data = tiny_gpt.CharData()
+    wl = workload(args.model)
     torch.manual_seed(0)
-    gpt = tiny_gpt.TinyGPT(tiny_gpt.GPTConfig(vocab_size=len(data.vocab)))
-    opt = torch.optim.AdamW(gpt.parameters(), lr=3e-3, weight_decay=0.0)
-    model = wrap(gpt, optimizer=opt, config=RuntimeConfig.from_env(sync=args.sync))
+    net = wl.model()
+    opt = torch.optim.AdamW(net.parameters(), lr=wl.lr, weight_decay=0.0)
+    model = wrap(net, optimizer=opt, config=RuntimeConfig.from_env(sync=args.sync))
     t0 = time.perf_counter()
     events: list[list[Any]] = []
 
@@ -128,14 +134,28 @@ def rank_main(args: argparse.Namespace) -> None:
         return table
 
     session._agree = traced_agree  # type: ignore[method-assign]
+    strategy = session.strategy
+    if hasattr(strategy, "_apply_pending"):  # adaptive: when averages start and are applied
+        apply, launch_sync = strategy._apply_pending, strategy._launch_sync
+
+        def traced_apply() -> None:
+            waiting = strategy._pending is not None
+            mark("apply" if waiting else "no average")
+            apply()
+            if waiting:
+                mark("applied")
+
+        def traced_launch(step: int, *, lag: int) -> None:
+            mark(f"launch +{lag}")
+            launch_sync(step, lag=lag)
+
+        strategy._apply_pending = traced_apply
+        strategy._launch_sync = traced_launch
     if model.session.background is not None:
         watch(model.session.background, "bg")
-    g = torch.Generator().manual_seed(rank)
-    n = len(data.vocab)
-    for _ in range(args.steps):
-        x, y = (torch.randint(0, n, (16, 64), generator=g) for _ in range(2))
+    for step in range(1, args.steps + 1):
         mark("fwd")
-        loss = model(x, y)
+        loss = wl.loss(model, 0, rank, step)
         mark("bwd")
         loss.backward()
         mark("opt")
@@ -172,7 +192,10 @@ def report(events: list[list[Any]], args: argparse.Namespace) -> None:
                 at["end"] - at["fwd"],
             ]
         )
-    print(f"{args.sync}, {args.world} ranks, {args.link:g} Mbit/s; ms per step, steps {args.skip}+")
+    print(
+        f"{args.model}, {args.sync}, {args.world} ranks, {args.link:g} Mbit/s; "
+        f"ms per step, steps {args.skip}+"
+    )
     print(f"{'steps':<26} {'n':>3} {'forward':>8} {'backward':>9} {'opt+agree':>10} {'total':>7}")
     for busy, label in ((False, "without background traffic"), (True, "with background traffic")):
         if rows[busy]:

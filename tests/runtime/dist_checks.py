@@ -271,6 +271,15 @@ def check_drift() -> dict[str, Any]:
         for g in opt.param_groups:
             g["lr"] = lr
 
+    strategy = model.session.strategy
+    launches: list[int] = []  # the steps at which an average of the replicas started
+    launch_sync = strategy._launch_sync  # type: ignore[attr-defined]
+
+    def record_launch(at: int, *, lag: int) -> None:
+        launches.append(at)
+        launch_sync(at, lag=lag)
+
+    strategy._launch_sync = record_launch  # type: ignore[attr-defined]
     trail = []
     for step in range(1, 25):
         spike(step)
@@ -284,12 +293,12 @@ def check_drift() -> dict[str, Any]:
                 "period": f.get("sync_period", 0.0),
             }
         )
-    strategy = model.session.strategy
     out = {
         "trail": trail,
-        "raised": strategy.drift.alarms_raised,
-        "cleared": strategy.drift.alarms_cleared,
-    }  # type: ignore[attr-defined]
+        "launches": launches,
+        "raised": strategy.drift.alarms_raised,  # type: ignore[attr-defined]
+        "cleared": strategy.drift.alarms_cleared,  # type: ignore[attr-defined]
+    }
     model.session.close()
     reporter.close()
     return out

@@ -196,6 +196,9 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
     assert trail[13]["drift"] > 0.5 and trail[13]["enhanced"] == 1.0
     assert trail[14]["drift"] > 0.5 and trail[14]["enhanced"] == 1.0
     assert all(row["drift"] < 0.5 for s, row in trail.items() if s not in (13, 14))
+    # One enhanced average, started at step 13. Step 13's drift (reported at 14) is of the
+    # parameters that average took: it starts no second one at 14.
+    assert 13 in result["launches"] and 14 not in result["launches"], result["launches"]
     assert result["raised"] == result["cleared"] == 1
     raised, cleared = alarms(r, "51", p.ALARM_SYNC_DRIFT)
     assert (raised["kind"], raised["state"], raised["step"], raised["threshold"]) == (

@@ -52,3 +52,17 @@ def test_it_tracks_gradient_norm_variance_and_loss_descent() -> None:
     mon.update(step=2, drifts=[0.0, 0.0], grad_norms=[2.0, 2.0], losses=[1.0, 1.0])
     assert mon.grad_norm_var == 0.0
     assert mon.loss_rate < 0
+
+
+def test_covered_figures_raise_and_clear_nothing_and_ask_for_no_sync() -> None:
+    # Covered: an average already started from the parameters measured (adaptive's table is
+    # a step late, so the drift of the step an average started at arrives after it).
+    mon = DriftMonitor(threshold=0.1, reporter=None)
+    assert mon.update(step=1, drifts=[0.02, 0.4], covered=True) is False
+    assert (mon.alarms_raised, mon.enhancing, mon.last_drift) == (0, False, 0.4)
+    assert mon.update(step=2, drifts=[0.02, 0.4]) is True  # uncovered: raised
+    # Covered while raised: no sync asked for, the alarm stays up (no clear on 0.01 either).
+    assert mon.update(step=3, drifts=[0.01, 0.01], covered=True) is False
+    assert (mon.enhancing, mon.alarms_cleared) == (True, 0)
+    assert mon.update(step=4, drifts=[0.01, 0.01]) is False  # uncovered: cleared
+    assert (mon.alarms_raised, mon.alarms_cleared) == (1, 1)

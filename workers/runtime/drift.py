@@ -72,12 +72,20 @@ class DriftMonitor:
         drifts: Sequence[float],
         grad_norms: Sequence[float] = (),
         losses: Sequence[float] = (),
+        covered: bool = False,
     ) -> bool:
-        """Take one step's agreed figures; return True while sync enhancement is on."""
+        """Take one step's agreed figures; return True while sync enhancement is on.
+
+        ``covered``: an average already started from the parameters these drifts were
+        measured on (the figures arrive a step late). It repairs that drift, so the figures
+        neither raise nor clear an alarm, and call for no sync of their own (False).
+        """
         worst = max(range(len(drifts)), key=lambda r: drifts[r]) if drifts else 0
         value = drifts[worst] if drifts else 0.0
         self.last_drift = value
         self._track_health(grad_norms, losses)
+        if covered:
+            return False
         if not self.enhancing and value > self.threshold:
             self.enhancing, self.raised_at = True, step
             self.alarms_raised += 1
