@@ -304,6 +304,36 @@ def check_drift() -> dict[str, Any]:
     return out
 
 
+def check_drift_together() -> dict[str, Any]:
+    """Both ranks train on the same batches: their replicas move alike, apart by nothing.
+
+    Per step: the drift adaptive reports and how far the non-critical parameters moved from
+    their last synced copy (relative, the worst rank's).
+    """
+    cfg = base_cfg(sync="adaptive", warmup_steps=2, sync_period=4, drift_threshold=0.1)
+    model, opt = wrapped(cfg)
+    strategy = model.session.strategy
+    rows = []
+    for step in range(1, 25):
+        loss = model(*batch(0, step))  # rank 0's batch on every rank
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        figures = model.session.pop_step_stats()
+        noncritical = strategy.noncritical_params()  # type: ignore[attr-defined]
+        moved = 0.0
+        if noncritical and not strategy.state.sync_all:  # type: ignore[attr-defined]
+            now = torch.cat([q.detach().reshape(-1) for q in noncritical])
+            synced = torch.cat([strategy.synced[n] for n in strategy.noncritical])  # type: ignore[attr-defined]
+            moved = float((now - synced).norm() / synced.norm())
+        worst = torch.tensor([moved])
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        rows.append({"step": step, "drift": figures["drift"], "moved": float(worst)})
+    out = {"rows": rows, "raised": strategy.drift.alarms_raised}  # type: ignore[attr-defined]
+    model.session.close()
+    return out
+
+
 def check_fault() -> dict[str, Any]:
     """A delay injected on rank 1 from step 3 raises link_degraded, shrinks chunks, escalates."""
     cfg = RuntimeConfig.from_env(
@@ -868,6 +898,7 @@ CHECKS = {
         check_compress,
         check_int8_sum,
         check_auto_format,
+        check_drift_together,
         check_first_step_clock,
         check_late_critical,
         check_sync_all_format,

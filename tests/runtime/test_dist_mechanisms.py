@@ -212,6 +212,20 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
     assert (cleared["state"], cleared["step"]) == ("cleared", 14)
 
 
+def test_drift_is_the_replicas_disagreement_not_their_movement(tmp_path: Path) -> None:
+    result = run_check("drift_together", tmp_path)
+    rows = result["rows"]
+    # Both ranks train on the same batches: their non-critical parameters move far from
+    # the last synced copy (more than twice the 0.1 threshold) but alike.
+    assert max(row["moved"] for row in rows[5:]) > 0.2, rows
+    # Until the first average (started at step 4) shows how far apart the replicas are,
+    # drift is all of the movement: one alarm, on step 4's 0.2. From then on it is the share
+    # that average measured (bf16 rounding: ~1e-3 of the movement), and no alarm.
+    assert rows[4]["drift"] == pytest.approx(rows[3]["moved"], rel=1e-4), rows
+    assert all(row["drift"] < 0.01 for row in rows[5:]), rows
+    assert result["raised"] == 1
+
+
 def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:

@@ -72,7 +72,9 @@ class RuntimeConfig:
     deterministic: bool = False
 
     # Drift monitor.
-    drift_threshold: float = p.DEFAULT_DRIFT_THRESHOLD  # relative L2 distance from the last sync
+    # Relative L2 distance of a replica's non-critical parameters from the others' (the drift
+    # glossary entry in docs/architecture.md).
+    drift_threshold: float = p.DEFAULT_DRIFT_THRESHOLD
 
     # Link emulation, throttle and health.
     link_mbps: float | None = None

@@ -1,7 +1,9 @@
 """Drift monitor: how far replicas wander between global syncs, and the alarm about it.
 
-Drift (see the glossary in docs/architecture.md) is a replica's distance from the last
-globally synced weights, relative to that copy's norm: ``||w - w_sync|| / ||w_sync||``.
+Drift (see the glossary in docs/architecture.md) is a replica's distance from the other
+replicas, relative to the last globally synced weights: adaptive estimates it as
+``a * ||w - w_sync|| / ||w_sync||``, the distance moved since that sync times ``a``, the share of
+its movement the last average found apart from the replicas' mean (``Adaptive.local_drift``).
 Each rank measures its own; the session shares all ranks' values in its one small
 per-step all-reduce, so every rank takes the same decision here:
 

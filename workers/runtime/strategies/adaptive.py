@@ -96,8 +96,9 @@ class Adaptive(Strategy):
       parameters' movement is averaged along too, and a promoted parameter is demoted when
       it falls under ``DEMOTION_SHARE`` of the threshold, so promotion is re-evaluated at
       every sync as training goes without flapping.
-    * **Drift**: distance of non-critical parameters from their last synced copy; above the
-      threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
+    * **Drift**: distance of non-critical parameters from the other replicas, estimated as
+      their distance from the last synced copy times the share of it the last average found
+      to be disagreement (``local_drift``); above the threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
       A drift measured at the step an average started, or while one was in flight, is of
       parameters that average repairs: it raises, clears and starts nothing.
     * **Background averaging**: the average of step s's snapshot travels on the background
@@ -170,6 +171,9 @@ class Adaptive(Strategy):
         self.step_times: deque[float] = deque(maxlen=STEP_TIME_WINDOW)  # agreed (slowest rank)
         self._pending: _PendingAverage | None = None
         self._covered = (False, False)  # see prepare
+        # The share of this replica's movement since an average that was disagreement with
+        # the others, measured at the last average (1 until one was: all of it).
+        self.apart_share = 1.0
         dtype = wire_dtype(config.compress)
         self.state: SelectiveState = SelectiveState(
             engine=engine, critical=set(), feedback=ErrorFeedback(dtype)
@@ -246,8 +250,17 @@ class Adaptive(Strategy):
         self._covered = (self._covered[1], self._pending is not None)
 
     def local_drift(self) -> float:
-        """||w - w_sync|| / ||w_sync|| over the non-critical parameters, per parameter (fused
-        ops, no concatenated copies; the reference norm is kept until the next sync)."""
+        """``apart_share * ||w - w_sync|| / ||w_sync||`` over the non-critical parameters.
+
+        The distance moved since the last sync, per parameter (fused ops, no concatenated
+        copies; the reference norm is kept until the next sync), times the share of that
+        movement the last average found to be disagreement: ``||average - snapshot||`` over
+        ``||snapshot - w_sync||``, at most 1 (1 until an average measured it). Replicas
+        that move alike (the same data, or a direction all their gradients share) do not
+        drift; on zoo:bn_mlp the movement alone raised sync_drift on a fifth of the steps.
+        Between averages the share is the last one's: a replica that starts diverging shows
+        it through its movement, at the share measured before.
+        """
         if self.state.sync_all or not self.noncritical:
             return 0.0
         synced = [self.synced[n] for n in self.noncritical]
@@ -257,7 +270,7 @@ class Adaptive(Strategy):
             return 0.0
         current = [q.detach().reshape(-1) for q in self.noncritical_params()]
         distance = _norm_of(torch._foreach_norm(torch._foreach_sub(current, synced)))
-        return distance / self._synced_norm
+        return self.apart_share * distance / self._synced_norm
 
     def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
         # The first step has no agreed figures yet: it decides as with no timing and no loss.
@@ -370,7 +383,8 @@ class Adaptive(Strategy):
         return [self.by_name[n] for n in self.noncritical]
 
     def state_dict(self) -> dict[str, Any]:
-        """The sync period and its clock, the loss baseline, scores and promoted parameters.
+        """The sync period and its clock, the loss baseline, scores and promoted parameters,
+        and the drift's disagreement share.
 
         Without them a resumed run would restart at the initial period and re-learn which
         parameters to promote. The hook's sync-everything mode is not kept: the first step
@@ -384,12 +398,14 @@ class Adaptive(Strategy):
             "scores": dict(self.scores),
             "promoted": sorted(self.critical_names - self.base_critical),
             "measured_critical": list(self.measured_critical),
+            "apart_share": self.apart_share,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.period = int(state["period"])
         self.last_sync_step = int(state["last_sync_step"])
         self.loss0, self.loss_ema = state["loss0"], state["loss_ema"]
+        self.apart_share = float(state.get("apart_share", 1.0))  # absent before it was kept
         self.scores = {n: float(v) for n, v in state["scores"].items() if n in self.by_name}
         promoted = {n for n in state["promoted"] if n in self.by_name}
         measured = [n for n in state.get("measured_critical", ()) if n in self.by_name]
@@ -558,6 +574,7 @@ class Adaptive(Strategy):
         # agreed figures, as replicas need not be bit-identical.
         moved_by = torch.stack(torch._foreach_norm(torch.split(delta, sizes)))
         reference = torch.stack(torch._foreach_norm(torch.split(base, sizes)))
+        moved_total = float(torch.linalg.vector_norm(moved_by))
         moved = torch.where(reference > 0, moved_by / reference.clamp_min(1e-30), 0.0)
         scored = names + sorted(self.critical_names - self.base_critical)
         promoted_moved = [
@@ -575,7 +592,9 @@ class Adaptive(Strategy):
         scores = moved.to(torch.float32).div_(self.world_size).to(wire[0].device, wire[0].dtype)
         outgoing = torch.cat([*wire, scores])
         fut = self.background.submit(outgoing, flush=True)
-        self._pending = _PendingAverage(fut, snapshot, base, names, scored, apply_at=step + lag)
+        self._pending = _PendingAverage(
+            fut, snapshot, base, names, scored, apply_at=step + lag, moved=moved_total
+        )
         self.last_sync_step = step
 
     def _apply_pending(self) -> None:
@@ -587,6 +606,13 @@ class Adaptive(Strategy):
         n = snapshot.numel()
         average = pending.base + reduced[:n]
         delta = average - snapshot
+        if pending.moved > 0:
+            # How far this replica was from the replicas' mean, against how far it had moved:
+            # the share of its movement that was disagreement (see local_drift). At most 1: a
+            # replica that stayed while another moved away is far from the mean too, but the
+            # one that moved reports that drift.
+            apart = float(torch.linalg.vector_norm(delta))
+            self.apart_share = min(1.0, apart / pending.moved)
         params: list[torch.Tensor] = [self.by_name[name] for name in names]
         sizes = [q.numel() for q in params]
         with torch.no_grad():
@@ -695,6 +721,7 @@ class _PendingAverage(NamedTuple):
     names: list[str]  # averaged parameters, in snapshot order
     scored: list[str]  # parameters whose movement follows the snapshot
     apply_at: int
+    moved: float  # ||snapshot - base||: how far this replica moved since the last average
 
 
 # Optimizers that divide by a running second moment of the gradient (or its sum/max).
