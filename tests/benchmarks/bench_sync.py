@@ -35,9 +35,9 @@ training replicas are left alone, so evaluating never changes a strategy's traje
 Training times are the slowest rank's. Strategy arms (``ARMS``) are a strategy with config
 changes, to measure one mechanism against the previous version in the same run.
 
-Pairs. In each regime the strategies run in turn after a ``full`` run; ``PAIRED`` ones (adaptive)
-run twice and are followed by another ``full`` run (full, adaptive, adaptive, full: a drift of
-the machine's speed over the four cancels out). Every run is compared with the ``full`` run
+Pairs. In each regime ``PAIRED`` strategies (adaptive) run twice between two ``full`` runs
+(full, adaptive, adaptive, full: a drift of the machine's speed over the four cancels out);
+the others run in turn after them. Every run is compared with the ``full`` run
 nearest to it in that order (``x_full``, ``overhead_removed``, ``speedup_to_target``): runs of
 1-2 s spread by about 5% from one to the next, more than the 2% a ratio is judged by.
 
@@ -524,7 +524,11 @@ def rank_main(plan: dict[str, Any]) -> None:
     for regime, link in links.items():
         arms = plan["arms"] if regime in plan["arm_regimes"] else []
         for strategy in [*plan["strategies"], *arms]:
-            for _ in range(2 if strategy in PAIRED else 1):
+            paired = strategy in PAIRED
+            last = runs[-1]
+            if paired and not (last["strategy"] == "full" and last["link_mbps"] == link):
+                run("full", link, regime, target=target)  # the pair's opening full run
+            for _ in range(2 if paired else 1):
                 rec = run(strategy, link, regime, target=target)
                 reached = first_reached(rec["evals"], target)
                 say(
@@ -533,7 +537,7 @@ def rank_main(plan: dict[str, Any]) -> None:
                     f"{'-' if reached is None else f'{reached:.1f}s'}"
                     f" (full {first_reached(full[link]['evals'], target) or float('nan'):.1f}s)"
                 )
-            if strategy in PAIRED and "full" in plan["strategies"]:
+            if paired:
                 run("full", link, regime, target=target)  # the pair's closing full run
     if dist.get_rank() == 0:
         Path(plan["out"]).write_text(json.dumps(runs))
