@@ -98,9 +98,10 @@ class Adaptive(Strategy):
       every sync as training goes without flapping.
     * **Drift**: distance of non-critical parameters from the other replicas, estimated as
       their distance from the last synced copy times the share of it the last average found
-      to be disagreement (``local_drift``); above the threshold the ``DriftMonitor`` raises ``sync_drift`` and forces H = 1 until it recovers.
-      A drift measured at the step an average started, or while one was in flight, is of
-      parameters that average repairs: it raises, clears and starts nothing.
+      to be disagreement (``local_drift``); above the threshold the ``DriftMonitor`` raises
+      ``sync_drift`` and forces H = 1 until it recovers. A drift measured at the step an
+      average started, or while one was in flight, is of parameters that average repairs:
+      it raises, clears and starts nothing.
     * **Background averaging**: the average of step s's snapshot travels on the background
       lane (its own group and thread, yielding the link to the step's gradients) while the
       next steps compute, and is applied at step s + lag: ``average - snapshot`` is added
