@@ -261,16 +261,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{'reached':>7} {'KB/step':>8}"
     ]
     for (model, world, regime, strategy), group in sorted(groups.items(), key=position):
-        full = groups.get((model, world, regime, "full"))
 
         def mean(field: str, of: list[dict[str, Any]] = group) -> float | None:
             values = [r[field] for r in of if r.get(field) is not None]
             return statistics.mean(values) if values else None
 
-        sps, full_sps = mean("samples_per_s"), mean("samples_per_s", full) if full else None
-        x_full = mean("x_full")  # each run's over its nearest full run's
-        if x_full is None and sps and full_sps:
-            x_full = sps / full_sps
+        sps, x_full = mean("samples_per_s"), mean("x_full")  # x_full: over the nearest full run
         loss, target = mean("val_loss"), mean("target_val_loss")
         reached = sum(r["time_to_target_s"] is not None for r in group)
         speedups = [r["speedup_to_target"] for r in group if r.get("speedup_to_target")]

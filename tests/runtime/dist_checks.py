@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from workers.runtime.compress import Int8Feedback
 from workers.runtime.config import RuntimeConfig
+from workers.runtime.drift import relative_distance
 from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, CommEngine
 from workers.runtime.health import LinkFailure
 from workers.runtime.reporter import AllocationClient, Reporter
@@ -169,8 +170,11 @@ def check_peers() -> dict[str, Any]:
     return out
 
 
-def train_one(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> float:
-    loss = model(*batch(dist.get_rank(), step))
+def train_one(
+    model: nn.Module, opt: torch.optim.Optimizer, step: int, *, rank: int | None = None
+) -> float:
+    """One step on ``rank``'s batch (None: this rank's)."""
+    loss = model(*batch(dist.get_rank() if rank is None else rank, step))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -315,17 +319,14 @@ def check_drift_together() -> dict[str, Any]:
     strategy = model.session.strategy
     rows = []
     for step in range(1, 25):
-        loss = model(*batch(0, step))  # rank 0's batch on every rank
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        train_one(model, opt, step, rank=0)  # rank 0's batch on every rank
         figures = model.session.pop_step_stats()
         noncritical = strategy.noncritical_params()  # type: ignore[attr-defined]
         moved = 0.0
         if noncritical and not strategy.state.sync_all:  # type: ignore[attr-defined]
             now = torch.cat([q.detach().reshape(-1) for q in noncritical])
             synced = torch.cat([strategy.synced[n] for n in strategy.noncritical])  # type: ignore[attr-defined]
-            moved = float((now - synced).norm() / synced.norm())
+            moved = relative_distance(now, synced)
         worst = torch.tensor([moved])
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         rows.append({"step": step, "drift": figures["drift"], "moved": float(worst)})
