@@ -98,9 +98,9 @@ def rank_main(args: argparse.Namespace) -> None:
     def watch(engine: CommEngine, lane: str) -> None:
         submit, reduce_chunk = engine.submit, engine._reduce_chunk
 
-        def traced_submit(tensor: torch.Tensor, *, flush: bool) -> Any:
+        def traced_submit(tensor: torch.Tensor, *, flush: bool, **kw: Any) -> Any:
             mark(f"{lane} submit", tensor.numel() * tensor.element_size())
-            return submit(tensor, flush=flush)
+            return submit(tensor, flush=flush, **kw)
 
         def traced_chunk(chunk: torch.Tensor) -> None:
             mark(f"{lane} start", chunk.numel() * chunk.element_size())

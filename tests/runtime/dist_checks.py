@@ -595,6 +595,27 @@ def check_lane_gating() -> dict[str, Any]:
     return out
 
 
+def check_lane_chunks() -> dict[str, Any]:
+    """A transfer's own chunk size (``submit``'s ``chunk_bytes``) wins over the lane's.
+
+    A 320 KiB average goes in the lane's 64 KiB chunks (5 collectives), then with 256 KiB
+    chunks of its own (2), then in the lane's again: the size is the transfer's, not a
+    setting it leaves behind.
+    """
+    bg_stats = CommStats()
+    fg, bg = lanes(link_paced_at(10_000.0), CommStats(), bg_stats, gated=True)
+    expected = float(sum(range(1, dist.get_world_size() + 1)))
+    out: dict[str, Any] = {"collectives": [], "sums_correct": True}
+    for chunk_bytes in (None, 256 * 1024, None):
+        average = torch.full((80 * 1024,), float(dist.get_rank() + 1))
+        bg.submit(average, flush=True, chunk_bytes=chunk_bytes).wait()
+        out["collectives"].append(bg_stats.pop()["collectives"])
+        out["sums_correct"] = out["sums_correct"] and bool((average == expected).all())
+    fg.close()
+    bg.close()
+    return out
+
+
 def check_promotion() -> dict[str, Any]:
     """Score-based promotion: which parameters are critical at each step, and are they equal.
 
@@ -896,6 +917,7 @@ CHECKS = {
         check_fast_link,
         check_promotion,
         check_lane_gating,
+        check_lane_chunks,
         check_compress,
         check_int8_sum,
         check_auto_format,

@@ -65,6 +65,19 @@ def test_the_input_is_left_untouched_and_a_new_shape_drops_the_residual() -> Non
     assert torch.equal(low.float(), torch.ones(3))
 
 
+def test_a_scale_applies_to_the_input_not_to_the_residual_it_joins() -> None:
+    ef = ErrorFeedback(torch.bfloat16)
+    delta = torch.full((4,), 3.0 + 2**-6)  # not representable in bf16
+    kept = delta.clone()
+    low = ef.compress("k", delta, scale=0.5)
+    assert torch.equal(low.float() + ef.residuals["k"], kept * 0.5)
+    before = ef.residuals["k"].clone()
+    low = ef.compress("k", delta, scale=0.5)
+    assert torch.equal(low.float() + ef.residuals["k"], kept * 0.5 + before)
+    assert torch.equal(delta, kept)  # the residual is updated in place, the input is not
+    assert torch.equal(ErrorFeedback(None).compress("k", delta, scale=0.5), kept * 0.5)
+
+
 def test_without_a_dtype_tensors_pass_unchanged() -> None:
     ef = ErrorFeedback(wire_dtype("none"))
     grad = torch.randn(8)

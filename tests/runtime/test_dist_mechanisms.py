@@ -129,6 +129,15 @@ def test_the_background_lane_waits_for_the_foreground_slot_to_end(tmp_path: Path
     assert result["ungated"]["first_bg_launch_after_fg_done_s"] < -0.01, result
 
 
+def test_a_transfer_cut_into_chunks_of_its_own_size_leaves_the_lanes_size_alone(
+    tmp_path: Path,
+) -> None:
+    result = run_check("lane_chunks", tmp_path)
+    assert result["sums_correct"] is True
+    # 320 KiB: five 64 KiB chunks, two of 256 KiB, then five again.
+    assert result["collectives"] == [5.0, 2.0, 5.0]
+
+
 def test_adaptive_syncs_everything_while_the_link_is_cheap(tmp_path: Path) -> None:
     result = run_check("fast_link", tmp_path)
     steps = result["steps"]

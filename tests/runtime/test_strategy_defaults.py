@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from workers.runtime.config import RuntimeConfig
+from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, MAX_CHUNK_BYTES
 from workers.runtime.strategies import (
     DEFAULT_BUCKET_CAP_MB,
     bucket_cap_mb,
     local_step_scale,
 )
+from workers.runtime.strategies.adaptive import BACKGROUND_CHUNK_S, lane_chunk_bytes, relaid
 
 
 def params() -> list[torch.nn.Parameter]:
@@ -55,3 +57,30 @@ def test_local_steps_are_scaled_by_sqrt_n_for_second_moment_optimizers(
 def test_a_configured_local_step_scale_wins() -> None:
     cfg = RuntimeConfig(sync="adaptive", local_step_scale=1.0)
     assert local_step_scale(cfg, torch.optim.AdamW(params()), 4) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("mbps", "world", "expected"),
+    [
+        (None, 2, None),  # no known rate: the lane's default
+        (1000.0, 1, None),  # one rank sends nothing
+        (100.0, 2, BACKGROUND_CHUNK_BYTES),  # 5 ms are 62.5 KB: the default is the floor
+        (1150.0, 2, 718_750),  # 5 ms of 143.75 MB/s; a ring of 2 sends the payload once
+        (1150.0, 4, 479_166),  # a ring of 4 sends 1.5x the payload
+        (1e6, 2, MAX_CHUNK_BYTES),
+    ],
+)
+def test_the_lanes_chunks_are_a_few_ms_of_the_agreed_link(
+    mbps: float | None, world: int, expected: int | None
+) -> None:
+    rate = None if mbps is None else mbps * 1e6 / 8
+    assert BACKGROUND_CHUNK_S == 0.005
+    assert lane_chunk_bytes(rate, world) == expected
+
+
+def test_the_averages_residual_keeps_each_parameters_part_when_the_set_changes() -> None:
+    residual = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    old = [("a", 2), ("b", 3), ("c", 1)]
+    # "b" promoted (gone), "d" demoted (back, from zero), "a" and "c" keep their values.
+    new = [("a", 2), ("c", 1), ("d", 2)]
+    assert relaid(residual, old, new).tolist() == [1.0, 2.0, 6.0, 0.0, 0.0]

@@ -64,6 +64,9 @@ FUSE_BYTES = 16 * 1024
 # Background-lane chunks: a gradient waits behind at most one (64 KB: ~5 ms at 100 Mbit/s
 # with 2 ranks). Smaller chunks cost more: each is a collective, and each makes the lane's
 # thread take the GIL from the training thread (16 KB chunks slowed forward by ~2-4 ms).
+# This is the lane's size where the link rate is unknown; where it is known, a transfer
+# names its own chunk size (``submit``'s ``chunk_bytes``; adaptive: ``BACKGROUND_CHUNK_S``
+# of link time), so on a fast link an average is not cut into chunks of a fraction of a ms.
 BACKGROUND_CHUNK_BYTES = 64 * 1024
 
 
@@ -93,6 +96,7 @@ class _Job:
     future: torch.futures.Future[torch.Tensor]
     flush: bool  # last bucket of the step (or a standalone collective): send what is pending
     submitted: float = field(default_factory=time.perf_counter)
+    chunk_bytes: int | None = None  # this transfer's chunk size (None: the engine's)
     quantized: Hashable | None = None  # packed int8 rows: the key of their shard residuals
 
 
@@ -150,12 +154,18 @@ class CommEngine:
 
     # ---------------------------------------------------------------- API
 
-    def submit(self, tensor: torch.Tensor, *, flush: bool) -> torch.futures.Future[torch.Tensor]:
-        """Queue ``tensor`` for an in-place SUM all-reduce; the Future yields the tensor."""
+    def submit(
+        self, tensor: torch.Tensor, *, flush: bool, chunk_bytes: int | None = None
+    ) -> torch.futures.Future[torch.Tensor]:
+        """Queue ``tensor`` for an in-place SUM all-reduce; the Future yields the tensor.
+
+        ``chunk_bytes`` cuts this transfer (and what it is fused with) into chunks of that
+        size rather than the engine's; every rank must pass the same value for it.
+        """
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             self._outstanding += 1
-        self._queue.put(_Job(tensor, fut, flush))
+        self._queue.put(_Job(tensor, fut, flush, chunk_bytes=chunk_bytes))
         return fut
 
     def submit_quantized(
@@ -352,7 +362,8 @@ class CommEngine:
         tensors = [j.tensor for j in batch]
         flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
         flat_view = flat.reshape(-1)
-        per_chunk = max(1, self.chunk_bytes // flat_view.element_size())
+        chunk_bytes = min((j.chunk_bytes for j in batch if j.chunk_bytes), default=self.chunk_bytes)
+        per_chunk = max(1, chunk_bytes // flat_view.element_size())
         if self.whole_buckets and self.chunk_bytes >= self.initial_chunk_bytes:
             per_chunk = max(1, flat_view.numel())
         for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
