@@ -77,6 +77,11 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-cs12": ("adaptive", {"critical_share": 1 / 12}),
     # Critical gradients applied one step late (their average crosses the link meanwhile).
     "adaptive-late": ("adaptive", {"late_critical": True}),
+    # Slow momentum on the periodic averages (SlowMo, DiLoCo's outer optimizer).
+    "adaptive-mom5": ("adaptive", {"outer_momentum": 0.5}),
+    "adaptive-mom8": ("adaptive", {"outer_momentum": 0.8}),
+    # Non-critical local steps unscaled (default sqrt(world size) under Adam-like optimizers).
+    "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
     # (the default, "auto", chooses by the link time int8 would save).
     "adaptive-int8": ("adaptive", {"compress": "int8"}),

@@ -901,6 +901,72 @@ def check_late_critical() -> dict[str, Any]:
     return out
 
 
+def check_outer_momentum() -> dict[str, Any]:
+    """adaptive with ``outer_momentum``: each average moves the synced copy by the replicas'
+    mean movement plus beta times the previous average's step (SlowMo), on every rank alike.
+
+    fp32 deltas (``compress`` none) and an average every 2 steps, applied one step later.
+    Each rank records, per average, the last synced values, its snapshot and the synced values
+    after; the check recomputes the mean movement from the gathered snapshots and the
+    expected step by name (a name new to the non-critical set starts with no momentum).
+    """
+    beta = 0.5
+    cfg = base_cfg(
+        sync="adaptive",
+        warmup_steps=2,
+        sync_period=2,
+        max_sync_period=2,
+        compress="none",
+        deterministic=True,
+        outer_momentum=beta,
+    )
+    model, opt = wrapped(cfg)
+    strategy = model.session.strategy
+    apply_pending = strategy._apply_pending  # type: ignore[attr-defined]
+    records: list[tuple[list[str], torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def recording() -> None:
+        pending = strategy._pending  # type: ignore[attr-defined]
+        if pending is None:
+            return apply_pending()
+        names = list(pending.names)
+        before = pending.base.clone()
+        snapshot = pending.base + pending.delta
+        apply_pending()
+        after = torch.cat([strategy.synced[n] for n in names])  # type: ignore[attr-defined]
+        records.append((names, before, snapshot, after.clone()))
+
+    strategy._apply_pending = recording  # type: ignore[attr-defined]
+    train(model, opt, 24)
+    sizes = {n: q.numel() for n, q in model.module.named_parameters()}
+    previous: dict[str, torch.Tensor] = {}
+    worst = 0.0
+    momentum_share = 0.0  # how much of the steps the momentum term made (0: plain averages)
+    all_equal = True
+    for names, before, snapshot, after in records:
+        gathered = [torch.empty_like(snapshot) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, snapshot)
+        mean_move = torch.stack(gathered).mean(0) - before
+        split = [sizes[n] for n in names]
+        expected: dict[str, torch.Tensor] = {}
+        for name, move in zip(names, torch.split(mean_move, split), strict=True):
+            carried = beta * previous.get(name, torch.zeros_like(move))
+            expected[name] = move + carried
+            momentum_share = max(momentum_share, float(carried.norm() / move.norm()))
+        step = after - before
+        want = torch.cat([expected[n] for n in names])
+        worst = max(worst, float((step - want).abs().max() / want.abs().max()))
+        all_equal = all_equal and same_on_all_ranks([after])
+        previous = dict(zip(names, torch.split(step, split), strict=True))
+    model.session.close()
+    return {
+        "averages": len(records),
+        "worst_relative_error": worst,
+        "momentum_share": momentum_share,
+        "synced_equal": all_equal,
+    }
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
     for f in (
@@ -925,6 +991,7 @@ CHECKS = {
         check_first_step_clock,
         check_late_critical,
         check_sync_all_format,
+        check_outer_momentum,
     )
 }
 

@@ -451,3 +451,14 @@ def test_warm_up_sends_fp32_where_the_wire_format_would_save_little(tmp_path: Pa
     assert fast[2:] == fp32[2:]
     # On a slow link bf16 saves most of a step: the wire format throughout.
     assert all(b < 0.6 * fp32[1] for b in slow), slow
+
+
+def test_outer_momentum_moves_every_replica_by_the_mean_movement_plus_the_last_step(
+    tmp_path: Path,
+) -> None:
+    result = run_check("outer_momentum", tmp_path)
+    assert result["averages"] >= 8  # 24 steps, one average every 2 after warm-up
+    assert result["synced_equal"] is True
+    assert result["worst_relative_error"] < 1e-4
+    # The momentum term was a real share of the steps (with beta 0 it would be 0).
+    assert result["momentum_share"] > 0.1

@@ -68,6 +68,9 @@ class RuntimeConfig:
     # adaptive: apply each step's critical gradient average at the next step, so it crosses
     # the link while that step computes (a gradient one step stale, identical on every rank).
     late_critical: bool = False
+    # adaptive: momentum on the periodic averages of the non-critical parameters (SlowMo: the
+    # averaged movement plus this share of the previous averages' steps); 0: plain averaging.
+    outer_momentum: float = 0.0
     # adaptive decides on a fixed schedule (no timing input): reproducible for a fixed seed.
     deterministic: bool = False
 
@@ -109,6 +112,10 @@ class RuntimeConfig:
             raise ValueError(
                 f"need 1 <= {_label('sync_period')} <= {_label('max_sync_period')}, "
                 f"got {self.sync_period}, {self.max_sync_period}"
+            )
+        if not 0 <= self.outer_momentum < 1:
+            raise ValueError(
+                f"{_label('outer_momentum')} must be in [0, 1), got {self.outer_momentum}"
             )
         if not 0 < self.critical_share <= 1:
             raise ValueError(
@@ -197,6 +204,7 @@ class RuntimeConfig:
             "compress": _str(e, p.ENV_COMPRESS) or "auto",
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
             "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
+            "outer_momentum": _float(e, p.ENV_OUTER_MOMENTUM, 0.0),
         }
         values.update(overrides)
         # Errors name the variable to change (the user's value, or the default it left).
@@ -233,6 +241,7 @@ FIELD_ENV: Mapping[str, str] = {
     "compress": p.ENV_COMPRESS,
     "deterministic": p.ENV_DETERMINISTIC,
     "late_critical": p.ENV_LATE_CRITICAL,
+    "outer_momentum": p.ENV_OUTER_MOMENTUM,
 }
 
 # While from_env validates: the fields read from the environment and their variables.

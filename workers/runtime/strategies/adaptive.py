@@ -140,6 +140,10 @@ class Adaptive(Strategy):
       steps are already unbiased). It needs the optimizer (passed to ``wrap``).
     * **Late critical gradients** (``late_critical``, off by default): step t's critical
       average is applied at step t+1, so backward does not wait for it (``hooks.adaptive``).
+    * **Outer momentum** (``outer_momentum`` beta, 0 by default): each average moves the
+      synced copy by the mean delta plus beta times the previous average's step (SlowMo);
+      each replica's parameters move by the same extra. Laid out as the deltas' residual,
+      dropped when everything is averaged again (warm-up, fast-link mode).
     * Warm-up (``warmup_steps``): everything is averaged every step, like ``full``.
     * **Fast link**: while full sync's link time (all gradient bytes in the wire format at the
       agreed rate) is under ``FULL_SYNC_BELOW`` of the step time, selective sync would save
@@ -198,6 +202,9 @@ class Adaptive(Strategy):
         # (one, under DELTA_KEY, laid out as the non-critical set was at the last average).
         self.delta_feedback = ErrorFeedback(dtype)
         self._delta_layout: list[tuple[str, int]] = []  # names and sizes, end to end
+        # Outer momentum (``outer_momentum``): the previous averages' steps, laid out as the
+        # deltas' residual; the same on every rank (made of reduced figures only).
+        self.outer: torch.Tensor | None = None
         # Wire bytes per parameter byte: what the link figures below count.
         self.wire_share = 1.0 if dtype is None else dtype.itemsize / 4
         # The model's parameters and their classes, known once registered.
@@ -392,6 +399,7 @@ class Adaptive(Strategy):
         self.state.sync_all = on
         if on:
             self.state.drop_late()  # every bucket is averaged on time from now on
+            self.outer = None  # no periodic averages until selective sync resumes
         self.fast_link = fast_link
         self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES if on else FUSE_BYTES
 
@@ -400,12 +408,16 @@ class Adaptive(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         """The sync period and its clock, the loss baseline, scores and promoted parameters,
-        and the drift's disagreement share.
+        the drift's disagreement share, and the outer momentum (``outer_momentum``) with its
+        layout.
 
         Without them a resumed run would restart at the initial period and re-learn which
         parameters to promote. The hook's sync-everything mode is not kept: the first step
         after a resume decides it again from the agreed table.
         """
+        outer = {}
+        if self.outer is not None:
+            outer = {"outer": self.outer.clone(), "outer_layout": list(self._delta_layout)}
         return {
             "period": self.period,
             "last_sync_step": self.last_sync_step,
@@ -415,6 +427,7 @@ class Adaptive(Strategy):
             "promoted": sorted(self.critical_names - self.base_critical),
             "measured_critical": list(self.measured_critical),
             "apart_share": self.apart_share,
+            **outer,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -430,6 +443,9 @@ class Adaptive(Strategy):
             self.measured_critical = measured
         self.critical_names = self.base_critical | promoted
         self.state.set_critical(self._ids(self.critical_names))
+        if "outer" in state:  # laid out as then; the next average lays it out as it is
+            self._delta_layout = [(n, int(k)) for n, k in state["outer_layout"]]
+            self.outer = torch.as_tensor(state["outer"], dtype=torch.float32).clone()
 
     def _choose_measured_critical(self) -> None:
         """Make the parameters that moved most since ``register`` critical (no name matched).
@@ -615,8 +631,11 @@ class Adaptive(Strategy):
         """Lay the deltas' residual out as ``layout`` (the non-critical set's names and sizes,
         in model order), keeping each parameter's part from the previous layout."""
         old = self.delta_feedback.residuals.get(DELTA_KEY)
-        if old is not None and layout != self._delta_layout:
-            self.delta_feedback.residuals[DELTA_KEY] = relaid(old, self._delta_layout, layout)
+        if layout != self._delta_layout:
+            if old is not None:
+                self.delta_feedback.residuals[DELTA_KEY] = relaid(old, self._delta_layout, layout)
+            if self.outer is not None:
+                self.outer = relaid(self.outer, self._delta_layout, layout)
         self._delta_layout = layout
 
     def _apply_pending(self) -> None:
@@ -638,6 +657,16 @@ class Adaptive(Strategy):
             # one that moved reports that drift.
             apart = float(torch.linalg.vector_norm(apart_by))
             self.apart_share = min(1.0, apart / pending.moved)
+        beta = self.config.outer_momentum
+        if beta:
+            # SlowMo: the synced copy moves by the mean delta plus beta times the previous
+            # averages' steps; each replica's params move by the same extra.
+            if self.outer is None:
+                self.outer = torch.zeros(n, dtype=average.dtype, device=average.device)
+            extra = self.outer.mul_(beta)
+            average.add_(extra)
+            apart_by.sub_(extra)
+            extra.add_(mean_delta)  # the momentum is now this average's whole step
         params: list[torch.Tensor] = [self.by_name[name] for name in names]
         sizes = [q.numel() for q in params]
         with torch.no_grad():
