@@ -351,7 +351,10 @@ def test_error_feedback_formats_cut_adaptives_bytes_and_critical_replicas_stay_i
     # Critical gradients and the periodic averages' deltas go as bf16: about half the bytes
     # (the per-step agreement table stays fp64, hence not exactly half).
     assert bf16["bytes"] < 0.6 * fp32["bytes"]
-    # Warm-up with no known link rate goes in the wire format too (bf16 under int8 as well).
+    # The first warm-up step, before any step time is agreed, goes as full sends it (fp32);
+    # warm-up with no known link rate then goes in the wire format (bf16 under int8 as well).
+    assert fp32["first_bytes"] == bf16["first_bytes"] == int8["first_bytes"]
+    assert fp32["first_bytes"] == fp32["warmup_bytes"]
     assert 0 < bf16["warmup_bytes"] < 0.6 * fp32["warmup_bytes"]
     assert int8["warmup_bytes"] == bf16["warmup_bytes"]
     # A step with no average sends the critical gradients only: int8 codes plus a scale per
@@ -376,9 +379,11 @@ def test_auto_format_sends_critical_gradients_in_int8_where_that_saves_enough_li
     result = run_check("auto_format", tmp_path)
     attn, bias = result["attn"], result["bias"]
     table = bias["step_bytes"][4] - 128 * 2  # attn.bias in bf16, plus the agreed table
-    # Warm-up (steps 1-4) averages all 38,280 values in bf16 (a 20 Mbit/s link: the wire
-    # format pays); then only the critical ones go, with no periodic average before step 32.
-    assert attn["step_bytes"][:4] == bias["step_bytes"][:4] == [38_280 * 2 + table] * 4
+    # Warm-up (steps 1-4) averages all 38,280 values: in fp32 before any step time is
+    # agreed (steps 1-2), then in bf16 (a 20 Mbit/s link: the wire format pays); then only
+    # the critical ones go, with no periodic average before step 32.
+    warmup = [38_280 * 4 + table] * 2 + [38_280 * 2 + table] * 2
+    assert attn["step_bytes"][:4] == bias["step_bytes"][:4] == warmup
     # All of attn (16,512 values): 65 int8 rows of 256 codes + a 4-byte scale, padded to 66
     # for 2 ranks; from the first selective step on.
     assert attn["step_bytes"][4:] == [66 * 260 + table] * 4
@@ -445,12 +450,12 @@ def test_warm_up_sends_fp32_where_the_wire_format_would_save_little(tmp_path: Pa
     result = run_check("sync_all_format", tmp_path)
     fp32, fast, slow = result["fast_fp32"], result["fast_bf16"], result["slow_bf16"]
     # Steps 1-2 have no timing (step 2's format is decided at the end of step 1, before any
-    # table is agreed): the wire format (bf16, about half of fp32's bytes).
-    assert fast[0] < 0.6 * fp32[0] and fast[1] < 0.6 * fp32[1]
-    # Then, on a fast link, what full sends (fp32): bf16 would save a small share of a step.
+    # table is agreed): fp32, as full sends it, whatever the link.
+    assert fast[:2] == fp32[:2] and slow[:2] == fp32[:2]
+    # Then, on a fast link, still what full sends: bf16 would save a small share of a step.
     assert fast[2:] == fp32[2:]
-    # On a slow link bf16 saves most of a step: the wire format throughout.
-    assert all(b < 0.6 * fp32[1] for b in slow), slow
+    # On a slow link bf16 saves most of a step: the wire format (about half the bytes).
+    assert all(b < 0.6 * fp32[1] for b in slow[2:]), slow
 
 
 def test_outer_momentum_moves_every_replica_by_the_mean_movement_plus_the_last_step(
@@ -462,3 +467,15 @@ def test_outer_momentum_moves_every_replica_by_the_mean_movement_plus_the_last_s
     assert result["worst_relative_error"] < 1e-4
     # The momentum term was a real share of the steps (with beta 0 it would be 0).
     assert result["momentum_share"] > 0.1
+
+
+def test_adaptive_on_a_fast_link_trains_exactly_as_full(tmp_path: Path) -> None:
+    result = run_check("fast_link_equals_full", tmp_path)
+    fast, slow = result["10000"], result["20"]
+    # Warm-up (4 steps), then fast-link mode: the same parameters as full after every step.
+    assert fast["fast_link_steps"] >= 10, fast
+    assert fast["equal_steps"] == list(range(1, 17)), fast
+    # The contrast: on a slow link adaptive syncs selectively, and its parameters part from
+    # full's after warm-up.
+    assert slow["fast_link_steps"] == 0, slow
+    assert not set(range(6, 17)) & set(slow["equal_steps"]), slow

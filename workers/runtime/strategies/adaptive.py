@@ -154,7 +154,9 @@ class Adaptive(Strategy):
       optimizer too (its moments could not be averaged).
     * **Format while everything is averaged** (warm-up, fast-link mode): fp32, as ``full``
       sends it, where the wire format would save under ``BF16_MIN_SAVING`` of a step's time
-      (small models, fast links); the wire format otherwise, and with no known rate.
+      (small models, fast links); the wire format otherwise, and with no known rate. The
+      first two steps, decided before any step time is agreed, go in fp32: on a fast link
+      adaptive's warm-up and fast-link mode then train exactly as ``full`` (2 ranks).
     * **Format of the critical gradients** otherwise: the wire format; with ``compress``
       ``auto`` (the default) blockwise int8 instead (``compress.Int8Feedback``, about half
       of bf16's bytes) where that saves enough of a step's time on the link (from
@@ -251,6 +253,7 @@ class Adaptive(Strategy):
         self.state.set_critical(self._ids(self.critical_names))
         ddp.register_comm_hook(self.state, selective_hook)
         self._set_sync_all(True)  # warm-up
+        self.state.exact = self._fp32_is_cheap()
         self._snapshot()
         if self.optimizer is not None and self.step_scale != 1.0:
             self.optimizer.register_step_pre_hook(lambda *_: self._remember_noncritical())
@@ -539,7 +542,11 @@ class Adaptive(Strategy):
 
     def _fp32_is_cheap(self) -> bool:
         """Whether averaging everything in fp32 costs under ``BF16_MIN_SAVING`` of a step more
-        link time than the wire format would (False with no known rate or timing)."""
+        link time than the wire format would. True before the first agreed step time (steps
+        1 and 2 go as ``full`` sends them, so on a fast link adaptive trains exactly as full
+        from the first step); False with no known rate or timing after that."""
+        if not self.step_times:
+            return True
         link = self._link_seconds()
         if link is None:
             return False
