@@ -79,6 +79,8 @@ ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
 # "1": adaptive applies each step's critical gradient average at the next step (one step
 # stale), so it crosses the link while that step computes.
 ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
+# Momentum in [0, 1) on adaptive's periodic averages of the non-critical parameters (SlowMo);
+# 0 (the default): plain averages.
 ENV_OUTER_MOMENTUM: Final = "SYNCLANE_OUTER_MOMENTUM"
 # Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.

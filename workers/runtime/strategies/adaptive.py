@@ -449,8 +449,7 @@ class Adaptive(Strategy):
         if "outer" in state:  # laid out as then; the next average lays it out as it is
             self._delta_layout = [(n, int(k)) for n, k in state["outer_layout"]]
             device = self.named[0][1].device if self.named else None  # saved on the CPU
-            self.outer = torch.as_tensor(state["outer"], dtype=torch.float32, device=device)
-            self.outer = self.outer.clone()
+            self.outer = torch.as_tensor(state["outer"]).to(device, torch.float32, copy=True)
 
     def _choose_measured_critical(self) -> None:
         """Make the parameters that moved most since ``register`` critical (no name matched).
