@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench_sync import rows_of, table  # this directory is on sys.path for its tests
+from bench_sync import interval, rows_of, table  # this directory is on sys.path for its tests
 
 
 def a_run(strategy: str, seconds: float, *, link: float | None = 1000.0) -> dict[str, Any]:
@@ -48,3 +48,29 @@ def test_each_run_is_compared_with_the_nearest_full_run() -> None:
     # of all adaptive and all full runs (2.2 / 1.1 s: 1.96).
     line = next(x for x in table(rows).splitlines() if " adaptive " in x)
     assert line.split()[6] == "2.00", line  # model, ranks, "1000 Mb/s", strategy, samples/s
+
+
+def test_the_fast_link_verdict_gives_the_ratios_interval() -> None:
+    # Three pair blocks at 1 Gbit/s (full, adaptive, adaptive, full, ...) and one in the seed
+    # regime; adaptive's runs at 1 Gbit/s are 0.95-1.05x of their nearest full run.
+    fast = [a_run("full", 2.0)]
+    for first, second in ((2.0 / 0.95, 2.0 / 1.05), (2.0 / 0.97, 2.0 / 1.03), (2.0, 2.0)):
+        fast += [a_run("adaptive", first), a_run("adaptive", second), a_run("full", 2.0)]
+    seed = [a_run("full", 4.0, link=100.0), a_run("adaptive", 2.0, link=100.0)]
+    for run in seed:
+        run["regime"] = "seed"
+    rows = rows_of([a_run("none", 1.0, link=None), *fast, *seed], model="m", world=2, seed=0)
+    ratios = sorted(
+        r["x_full"] for r in rows if r["strategy"] == "adaptive" and r["regime"] == "1000"
+    )
+    assert ratios == [0.95, 0.97, 1.0, 1.0, 1.03, 1.05]
+    verdict = table(rows).splitlines()[-1]
+    # Mean 1.00, standard deviation 0.0358 over 6 runs: t(5) = 2.57, half-width 0.0376.
+    assert "1 Gbit/s 1.00x full, 95% interval 0.96-1.04 (>= 0.98: yes)" in verdict, verdict
+
+
+def test_interval_needs_three_runs() -> None:
+    assert interval([1.0, 1.1]) == (None, None)
+    low, high = interval([0.9, 1.0, 1.1])
+    # Mean 1.0, sd 0.1, n 3: t(2) = 4.30, half-width 0.248.
+    assert (round(low, 3), round(high, 3)) == (0.752, 1.248)
