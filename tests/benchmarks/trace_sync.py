@@ -12,14 +12,18 @@ engine methods of this run's session that take and reduce transfers (``submit``,
 ``_reduce_chunk`` and their int8 counterparts), ``_agree``, and adaptive's start of an
 average (``launch +lag``) and its application (``apply`` ... ``applied``: a wait shows
 between the two); nothing else changes.
-Prints the mean phase times of steps with and without background traffic, then the
-timeline of the last ``--show`` steps (ms from the step's start). docs/benchmarks.md quotes it.
+Prints the mean phase times of steps with and without background traffic; how far apart
+the ranks start each step's last gradient collective (every rank records it on the
+machine's monotonic clock, which all ranks share here) and how long it lasts from the first
+rank's start to the last rank's end; then the timeline of the last ``--show`` steps (ms
+from the step's start). docs/benchmarks.md quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -51,8 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def launch(args: argparse.Namespace) -> list[list[Any]]:
-    """Run this file under torchrun; return rank 0's events."""
+def launch(args: argparse.Namespace) -> tuple[list[list[Any]], list[dict[str, list[float]]]]:
+    """Run this file under torchrun; return rank 0's events and every rank's arrivals."""
     with tempfile.TemporaryDirectory(prefix="trace-sync-") as tmp:
         out = Path(tmp) / "events.json"
         settings = dict(item.split("=", 1) for item in args.set)
@@ -67,7 +71,8 @@ def launch(args: argparse.Namespace) -> list[list[Any]]:
         if proc.returncode != 0:
             raise SystemExit(f"trace run failed:\n{proc.stderr[-3000:]}")
         events: list[list[Any]] = json.loads(out.read_text())
-        return events
+        arrivals = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(args.world)]
+        return events, arrivals
 
 
 def rank_main(args: argparse.Namespace) -> None:
@@ -91,9 +96,19 @@ def rank_main(args: argparse.Namespace) -> None:
     model = wrap(net, optimizer=opt, config=RuntimeConfig.from_env(sync=args.sync))
     t0 = time.perf_counter()
     events: list[list[Any]] = []
+    # Per step, when this rank's engine began and ended the step's last gradient collective
+    # (perf_counter is the machine's monotonic clock, the same in every rank's process).
+    arrivals: dict[str, list[float]] = {
+        "start": [math.nan] * args.steps,
+        "end": [math.nan] * args.steps,
+    }
+    current = [0]  # the step the main thread is in (index into arrivals)
 
     def mark(kind: str, nbytes: int = 0) -> None:
-        events.append([round((time.perf_counter() - t0) * 1000, 2), kind, nbytes])
+        now = time.perf_counter()
+        events.append([round((now - t0) * 1000, 2), kind, nbytes])
+        if kind in ("fg start", "fg end"):
+            arrivals[kind[3:]][current[0]] = now
 
     def watch(engine: CommEngine, lane: str) -> None:
         submit, reduce_chunk = engine.submit, engine._reduce_chunk
@@ -154,6 +169,7 @@ def rank_main(args: argparse.Namespace) -> None:
     if model.session.background is not None:
         watch(model.session.background, "bg")
     for step in range(1, args.steps + 1):
+        current[0] = step - 1
         mark("fwd")
         loss = wl.loss(model, 0, rank, step)
         mark("bwd")
@@ -165,6 +181,7 @@ def rank_main(args: argparse.Namespace) -> None:
     model.session.close()
     if rank == 0:
         Path(args.out).write_text(json.dumps(events))
+    Path(f"{args.out}.{rank}").write_text(json.dumps(arrivals))
     dist.destroy_process_group()
 
 
@@ -178,7 +195,9 @@ def split_steps(events: list[list[Any]]) -> list[list[list[Any]]]:
     return steps
 
 
-def report(events: list[list[Any]], args: argparse.Namespace) -> None:
+def report(
+    events: list[list[Any]], arrivals: list[dict[str, list[float]]], args: argparse.Namespace
+) -> None:
     steps = split_steps(events)
     rows: dict[bool, list[list[float]]] = {False: [], True: []}
     for step in steps[args.skip :]:
@@ -204,6 +223,7 @@ def report(events: list[list[Any]], args: argparse.Namespace) -> None:
     every = [r for group in rows.values() for r in group]
     if every:
         print(f"mean step {statistics.mean(r[3] for r in every):.1f} ms")
+    meeting(arrivals, args)
     for step in steps[-args.show :] if args.show else []:
         print("---")
         start = step[0][0]
@@ -211,12 +231,32 @@ def report(events: list[list[Any]], args: argparse.Namespace) -> None:
             print(f"{t - start:8.2f}  {kind:<10} {nbytes or ''}")
 
 
+def meeting(arrivals: list[dict[str, list[float]]], args: argparse.Namespace) -> None:
+    """Print how far apart the ranks reach each step's last gradient collective, and how long
+    it takes from the first rank's start to the last rank's end."""
+    apart, took = [], []
+    for i in range(args.skip, args.steps):
+        starts = [a["start"][i] for a in arrivals]
+        ends = [a["end"][i] for a in arrivals]
+        if any(math.isnan(t) for t in starts + ends):
+            continue
+        apart.append(1000 * (max(starts) - min(starts)))
+
+        took.append(1000 * (max(ends) - min(starts)))
+    if apart:
+        print(
+            f"last gradient collective: ranks start it {statistics.mean(apart):.1f} ms apart "
+            f"(median {statistics.median(apart):.1f}); first start to last end "
+            f"{statistics.mean(took):.1f} ms (median {statistics.median(took):.1f}), {len(apart)} steps"
+        )
+
+
 def main() -> None:
     args = parse_args()
     if args.out:  # a rank under torchrun
         rank_main(args)
         return
-    report(launch(args), args)
+    report(*launch(args), args)
 
 
 if __name__ == "__main__":
