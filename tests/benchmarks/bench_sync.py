@@ -85,6 +85,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-mom8": ("adaptive", {"outer_momentum": 0.8}),
     # Non-critical local steps unscaled (default sqrt(world size) under Adam-like optimizers).
     "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
+    # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
+    "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
     # (the default, "auto", chooses by the link time int8 would save).
     "adaptive-int8": ("adaptive", {"compress": "int8"}),

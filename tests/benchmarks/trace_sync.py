@@ -241,7 +241,6 @@ def meeting(arrivals: list[dict[str, list[float]]], args: argparse.Namespace) ->
         if any(math.isnan(t) for t in starts + ends):
             continue
         apart.append(1000 * (max(starts) - min(starts)))
-
         took.append(1000 * (max(ends) - min(starts)))
     if apart:
         print(
