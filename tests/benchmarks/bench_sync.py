@@ -85,6 +85,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-mom8": ("adaptive", {"outer_momentum": 0.8}),
     # Non-critical local steps unscaled (default sqrt(world size) under Adam-like optimizers).
     "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
+    # Longer local steps than the default sqrt(n): n^0.8 at 2 ranks, about n^0.8 at 4.
+    "adaptive-scale1.74": ("adaptive", {"local_step_scale": 2**0.8}),
+    "adaptive-scale3": ("adaptive", {"local_step_scale": 3.0}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
