@@ -35,9 +35,9 @@ training replicas are left alone, so evaluating never changes a strategy's traje
 Training times are the slowest rank's. Strategy arms (``ARMS``) are a strategy with config
 changes, to measure one mechanism against the previous version in the same run.
 
-Pairs. In each regime ``PAIRED`` strategies (adaptive) run twice between two ``full`` runs
-(full, adaptive, adaptive, full: a drift of the machine's speed over the four cancels out);
-the others run in turn after them. Every run is compared with the ``full`` run
+Pairs. In each regime ``PAIRED`` strategies (adaptive, and its arms) run twice between two
+``full`` runs (full, adaptive, adaptive, full: a drift of the machine's speed over the four
+cancels out); the others run in turn after them. Every run is compared with the ``full`` run
 nearest to it in that order (``x_full``, ``overhead_removed``, ``speedup_to_target``): runs of
 1-2 s spread by about 5% from one to the next, more than the 2% a ratio is judged by. At
 1 Gbit/s, where runs are shortest and the verdict is adaptive >= 0.98x full, the block
@@ -114,7 +114,8 @@ T95 = (
     12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
     2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04,
 )  # fmt: skip
-# Strategies run twice in each regime, between two full runs (see "Pairs" above).
+# Strategies run twice in each regime, between two full runs (see "Pairs" above), and
+# their arms: a single arm run spread 10-12% from adaptive's at equal bytes.
 PAIRED = ("adaptive",)
 # Per-run figures kept in the rows (means over the budget's steps; see train_run).
 DIAGNOSTICS = ("enhanced_share", "fast_link_share", "critical_fraction")
@@ -559,7 +560,7 @@ def rank_main(plan: dict[str, Any]) -> None:
     for regime, link in links.items():
         arms = plan["arms"] if regime in plan["arm_regimes"] else []
         for strategy in [*plan["strategies"], *arms]:
-            paired = strategy in PAIRED
+            paired = ARMS.get(strategy, (strategy, {}))[0] in PAIRED  # adaptive's arms too
             last = runs[-1]
             if paired and not (last["strategy"] == "full" and last["link_mbps"] == link):
                 run("full", link, regime, target=target)  # the pair's opening full run
