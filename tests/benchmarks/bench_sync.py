@@ -564,8 +564,8 @@ def rank_main(plan: dict[str, Any]) -> None:
             last = runs[-1]
             if paired and not (last["strategy"] == "full" and last["link_mbps"] == link):
                 run("full", link, regime, target=target)  # the pair's opening full run
-            blocks = plan.get("fast_pairs", 1) if paired and regime == FAST else 1
-            for _ in range(max(1, blocks)):
+            blocks = max(1, plan["fast_pairs"]) if paired and regime == FAST else 1
+            for _ in range(blocks):
                 for _ in range(2 if paired else 1):
                     rec = run(strategy, link, regime, target=target)
                     reached = first_reached(rec["evals"], target)
