@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench_sync import interval, rows_of, table  # this directory is on sys.path for its tests
+from bench_sync import (  # this directory is on sys.path for its tests
+    arm_config,
+    interval,
+    rows_of,
+    table,
+)
 
 
 def a_run(strategy: str, seconds: float, *, link: float | None = 1000.0) -> dict[str, Any]:
@@ -74,3 +79,9 @@ def test_interval_needs_three_runs() -> None:
     low, high = interval([0.9, 1.0, 1.1])
     # Mean 1.0, sd 0.1, n 3: t(2) = 4.30, half-width 0.248.
     assert (round(low, 3), round(high, 3)) == (0.752, 1.248)
+
+
+def test_an_arm_gives_its_strategy_and_changes_at_the_world_size() -> None:
+    assert arm_config("adaptive-sqrt", 4) == ("adaptive", {"local_step_scale": 2.0})
+    assert arm_config("adaptive-scale1", 2) == ("adaptive", {"local_step_scale": 1.0})
+    assert arm_config("full", 2) == ("full", {})

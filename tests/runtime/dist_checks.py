@@ -431,11 +431,11 @@ def check_probes() -> dict[str, Any]:
 
 
 def check_local_step_scale() -> dict[str, Any]:
-    """Adaptive's local steps of non-critical params, with and without the sqrt(n) scale.
+    """Adaptive's local steps of non-critical params, with and without the n^0.8 scale.
 
     Two runs from the same state and batches: warm-up step 1 (full), then step 2, the first
     selective one. Their updates must agree on critical params and differ by the scale
-    (sqrt(2) with AdamW, chosen automatically) on non-critical ones.
+    (2^0.8 with AdamW, chosen automatically) on non-critical ones.
     """
     deltas: dict[str, dict[str, torch.Tensor]] = {}
     scales: dict[str, float] = {}

@@ -58,7 +58,7 @@ class RuntimeConfig:
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start
     powersgd_rank: int = 2  # PowerSGD matrix approximation rank
     # adaptive: factor on non-critical params' local optimizer steps; None = automatic
-    # (sqrt(world size) for second-moment optimizers, 1 otherwise; see strategies.Adaptive).
+    # (world size^0.8 for second-moment optimizers, 1 otherwise; see strategies.Adaptive).
     local_step_scale: float | None = None
     # adaptive: wire format of what goes every step and of the periodic averages' deltas,
     # with error feedback (workers.runtime.compress): "bf16", "fp16", "none" (fp32), "int8"

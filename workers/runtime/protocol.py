@@ -82,7 +82,7 @@ ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
 # Momentum in [0, 1) on adaptive's periodic averages of the non-critical parameters (SlowMo);
 # 0 (the default): plain averages.
 ENV_OUTER_MOMENTUM: Final = "SYNCLANE_OUTER_MOMENTUM"
-# Factor on non-critical params' local optimizer steps (adaptive); unset: sqrt(world size)
+# Factor on non-critical params' local optimizer steps (adaptive); unset: world size^0.8
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
 ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"
 ENV_BUCKET_CAP_MB: Final = "SYNCLANE_BUCKET_CAP_MB"  # DDP bucket size; unset: strategy default
