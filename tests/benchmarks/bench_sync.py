@@ -88,6 +88,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # world size is called with it).
     "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
     "adaptive-sqrt": ("adaptive", {"local_step_scale": math.sqrt}),
+    "adaptive-n": ("adaptive", {"local_step_scale": float}),  # world size^1
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
