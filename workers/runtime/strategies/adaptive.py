@@ -138,8 +138,8 @@ class Adaptive(Strategy):
       val-loss gap). Each local step of a non-critical parameter is therefore scaled by
       ``local_step_scale``: by default n^0.8 (``LOCAL_STEP_EXPONENT``) for such optimizers,
       1 for SGD, whose local steps are already unbiased. The exponent is measured, not
-      derived: n^0.8 reached full sync's loss sooner than sqrt(n) on every benchmark
-      model (docs/benchmarks.md); one reading is that each periodic average pulls a
+      derived: n^0.8 reached full sync's loss sooner than sqrt(n) on four of the five
+      benchmark models at 2 and at 4 ranks (docs/benchmarks.md); one reading is that each periodic average pulls a
       replica's own progress back toward the others', so its local steps must go further
       than the noise argument alone asks. It needs the optimizer (passed to ``wrap``).
     * **Late critical gradients** (``late_critical``, off by default): step t's critical
@@ -790,8 +790,6 @@ class _PendingAverage(NamedTuple):
     moved: float  # ||snapshot - base||: how far this replica moved since the last average
 
 
-# Default local step scale under those optimizers: world size to this power (see Adaptive).
-LOCAL_STEP_EXPONENT = 0.8
 # Optimizers that divide by a running second moment of the gradient (or its sum/max).
 _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adam,
@@ -803,6 +801,8 @@ _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adagrad,
     torch.optim.Adadelta,
 )
+# Default local step scale under those optimizers: world size to this power (see Adaptive).
+LOCAL_STEP_EXPONENT = 0.8
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
