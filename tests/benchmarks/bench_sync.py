@@ -33,7 +33,8 @@ on the wire is not free), the clock stops, the replicas are averaged into a copy
 through the throttle) and that copy is evaluated on the model's fixed held-out set; the
 training replicas are left alone, so evaluating never changes a strategy's trajectory.
 Training times are the slowest rank's. Strategy arms (``ARMS``) are a strategy with config
-changes, to measure one mechanism against the previous version in the same run.
+changes (or a runtime module constant changed for the run), to measure one mechanism against
+the previous version in the same run.
 
 Pairs. In each regime ``PAIRED`` strategies (adaptive, and its arms) run twice between two
 ``full`` runs (full, adaptive, adaptive, full: a drift of the machine's speed over the four
@@ -50,7 +51,9 @@ Rows go to ``bench-results/sync.json``; a table averaged over seeds is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import importlib
 import json
 import math
 import os
@@ -59,13 +62,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 STRATEGIES = ("full", "adaptive", "powersgd", "localsgd")
+ADAPTIVE_MODULE = "workers.runtime.strategies.adaptive"
 # Arms: a strategy with RuntimeConfig fields changed, run next to the defaults (``--arms``).
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # adaptive before error-feedback compression: fp32 gradients and parameter averages.
@@ -89,6 +93,13 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
     "adaptive-sqrt": ("adaptive", {"local_step_scale": math.sqrt}),
     "adaptive-n": ("adaptive", {"local_step_scale": float}),  # world size^1
+    # The drift alarm's threshold (default 0.08) doubled, and alarms that never fire (the
+    # promotion threshold is a share of it: nothing is promoted then either).
+    "adaptive-drift16": ("adaptive", {"drift_threshold": 0.16}),
+    "adaptive-nodrift": ("adaptive", {"drift_threshold": 1e9}),
+    # Critical slices fused up to the engine's fixed 16 KB, the rule before they were fused
+    # up to CRITICAL_FUSE_S of link time (a module constant: ``constant_changes``).
+    "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
@@ -531,7 +542,8 @@ def rank_main(plan: dict[str, Any]) -> None:
     runs: list[dict[str, Any]] = []
 
     def run(strategy: str, link: float | None, regime: str, **kw: Any) -> dict[str, Any]:
-        record = train_run(wl, strategy=strategy, link=link, seed=seed, budget=budget, **kw)
+        with constant_changes(arm_config(strategy, dist.get_world_size())[1]):
+            record = train_run(wl, strategy=strategy, link=link, seed=seed, budget=budget, **kw)
         record["regime"] = regime
         runs.append(record)
         return record
@@ -628,6 +640,24 @@ def arm_config(strategy: str, world: int) -> tuple[str, dict[str, Any]]:
     return sync, {field: value(world) if callable(value) else value for field, value in arm.items()}
 
 
+@contextlib.contextmanager
+def constant_changes(changes: dict[str, Any]) -> Iterator[None]:
+    """Set the module constants an arm changes (keys ``module.NAME``, the others are
+    RuntimeConfig fields) for the length of one run, then put the old values back."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for key, value in changes.items():
+            module, _, name = key.rpartition(".")
+            if module:
+                target = importlib.import_module(module)
+                saved.append((target, name, getattr(target, name)))
+                setattr(target, name, value)
+        yield
+    finally:
+        for target, name, old in reversed(saved):
+            setattr(target, name, old)
+
+
 def train_run(
     wl: Workload,
     *,
@@ -652,6 +682,7 @@ def train_run(
 
     rank, world = dist.get_rank(), dist.get_world_size()
     sync, changes = arm_config(strategy, world)
+    fields = {k: v for k, v in changes.items() if "." not in k}  # constants: constant_changes
     # The previous run's model, DDP and process groups (with their threads) sit in reference
     # cycles until a full collection; collect them here, off the clock. Left to the collector
     # they were freed inside a later timed run: shapes_cnn runs of ~0.9 s took up to 1.26 s,
@@ -662,7 +693,7 @@ def train_run(
     shadow = wl.model()  # holds the averaged replicas for evaluation
     opt = torch.optim.AdamW(net.parameters(), lr=wl.lr, weight_decay=0.0)
     config = RuntimeConfig(
-        sync=sync, link_mbps=link, rank=rank, world_size=world, probe_every=0, **changes
+        sync=sync, link_mbps=link, rank=rank, world_size=world, probe_every=0, **fields
     )
     model = wrap(net, optimizer=opt, config=config)
     session = model.session

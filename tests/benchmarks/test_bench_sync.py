@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from bench_sync import (  # this directory is on sys.path for its tests
     arm_config,
+    constant_changes,
     interval,
     rows_of,
     table,
@@ -85,3 +87,17 @@ def test_an_arm_gives_its_strategy_and_changes_at_the_world_size() -> None:
     assert arm_config("adaptive-sqrt", 4) == ("adaptive", {"local_step_scale": 2.0})
     assert arm_config("adaptive-scale1", 2) == ("adaptive", {"local_step_scale": 1.0})
     assert arm_config("full", 2) == ("full", {})
+
+
+def test_an_arm_changes_a_runtime_constant_for_its_run_only() -> None:
+    from workers.runtime.strategies import adaptive
+
+    before = adaptive.CRITICAL_FUSE_S
+    _, changes = arm_config("adaptive-fuse16k", 2)
+    with constant_changes(changes):
+        assert adaptive.CRITICAL_FUSE_S == 0.0
+        assert adaptive.critical_fuse_bytes(1.25e8, 2) == adaptive.FUSE_BYTES
+    assert before == adaptive.CRITICAL_FUSE_S
+    with pytest.raises(KeyError), constant_changes(changes):
+        raise KeyError("a failed run")
+    assert before == adaptive.CRITICAL_FUSE_S  # restored after a failure too

@@ -30,6 +30,7 @@ from workers.runtime.reporter import AllocationClient, Reporter
 from workers.runtime.session import SynclaneDDP, wrap
 from workers.runtime.stats import CommStats
 from workers.runtime.strategies import COL, COLUMNS, local_step_scale
+from workers.runtime.strategies import adaptive as adaptive_module
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 
@@ -1007,6 +1008,47 @@ def check_fast_link_equals_full() -> dict[str, Any]:
     return out
 
 
+def check_critical_fusion() -> dict[str, Any]:
+    """Critical slices of two buckets on a 400 Mbit/s link: collectives per step when they
+    are fused up to ``CRITICAL_FUSE_S`` of link time (100 KB here), and under the fixed
+    16 KB that rule replaced.
+
+    64 KB buckets: ``mlp`` (33 KB in bf16) is in the first bucket backward hands over,
+    ``embed`` (8.4 KB) in the last. No optimizer is passed to ``wrap`` (the step ends are
+    told to the session), so adaptive has no fast-link mode and stays selective whatever
+    the machine's step time; the sync period is
+    out of reach, so no average adds collectives. Steps 4-8 are counted (warm-up: 1-2).
+    """
+    out: dict[str, Any] = {}
+    by_link_time = adaptive_module.CRITICAL_FUSE_S
+    for name, fuse_s in (("by_link_time", by_link_time), ("fixed_16k", 0.0)):
+        adaptive_module.CRITICAL_FUSE_S = fuse_s
+        net, opt = fresh()
+        cfg = base_cfg(
+            sync="adaptive",
+            critical=r"^(mlp|embed)\.",
+            compress="bf16",
+            link_mbps=400.0,
+            bucket_cap_mb=0.0625,
+            warmup_steps=2,
+            sync_period=32,
+            drift_threshold=10.0,
+        )
+        model = wrap(net, config=cfg, reporter=Reporter(rank=dist.get_rank()))
+        counts, fuse_bytes = [], []
+        for step in range(1, 9):
+            train_one(model, opt, step)
+            model.session.after_optimizer_step()  # wrap was not given the optimizer
+            collectives = model.session.pop_step_stats()["collectives"]
+            if step >= 4:
+                counts.append(collectives)
+                fuse_bytes.append(model.session.engine.fuse_bytes)
+        out[name] = {"collectives": counts, "fuse_bytes": fuse_bytes}
+        model.session.close()
+    adaptive_module.CRITICAL_FUSE_S = by_link_time
+    return out
+
+
 CHECKS = {
     f.__name__.removeprefix("check_"): f
     for f in (
@@ -1033,6 +1075,7 @@ CHECKS = {
         check_sync_all_format,
         check_outer_momentum,
         check_fast_link_equals_full,
+        check_critical_fusion,
     )
 }
 

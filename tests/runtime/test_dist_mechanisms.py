@@ -479,3 +479,17 @@ def test_adaptive_on_a_fast_link_trains_exactly_as_full(tmp_path: Path) -> None:
     # full's after warm-up.
     assert slow["fast_link_steps"] == 0, slow
     assert not set(range(6, 17)) & set(slow["equal_steps"]), slow
+
+
+def test_critical_slices_of_several_buckets_go_in_one_collective_on_a_fast_link(
+    tmp_path: Path,
+) -> None:
+    result = run_check("critical_fusion", tmp_path)
+    by_time, fixed = result["by_link_time"], result["fixed_16k"]
+    # 2 ms of a 400 Mbit/s link on a ring of 2: 100 KB, so both buckets' slices go together.
+    assert by_time["fuse_bytes"] == [100_000] * 5
+    assert fixed["fuse_bytes"] == [16 * 1024] * 5
+    # The same steps, one collective fewer each: the first bucket's 33 KB no longer go alone.
+    assert [a - b for a, b in zip(fixed["collectives"], by_time["collectives"], strict=True)] == [
+        1
+    ] * 5

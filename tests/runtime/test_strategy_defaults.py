@@ -6,13 +6,19 @@ import pytest
 import torch
 
 from workers.runtime.config import RuntimeConfig
-from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, MAX_CHUNK_BYTES
+from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, FUSE_BYTES, MAX_CHUNK_BYTES
 from workers.runtime.strategies import (
     DEFAULT_BUCKET_CAP_MB,
     bucket_cap_mb,
     local_step_scale,
 )
-from workers.runtime.strategies.adaptive import BACKGROUND_CHUNK_S, lane_chunk_bytes, relaid
+from workers.runtime.strategies.adaptive import (
+    BACKGROUND_CHUNK_S,
+    CRITICAL_FUSE_S,
+    critical_fuse_bytes,
+    lane_chunk_bytes,
+    relaid,
+)
 
 
 def params() -> list[torch.nn.Parameter]:
@@ -75,6 +81,25 @@ def test_the_lanes_chunks_are_a_few_ms_of_the_agreed_link(
     rate = None if mbps is None else mbps * 1e6 / 8
     assert BACKGROUND_CHUNK_S == 0.005
     assert lane_chunk_bytes(rate, world) == expected
+
+
+@pytest.mark.parametrize(
+    ("mbps", "world", "expected"),
+    [
+        (None, 2, FUSE_BYTES),  # no known rate: the engine's fixed size
+        (1000.0, 1, FUSE_BYTES),  # one rank sends nothing
+        (50.0, 2, FUSE_BYTES),  # 2 ms are 12.5 KB: the fixed size is the floor
+        (1200.0, 2, 300_000),  # 2 ms of 150 MB/s; a ring of 2 sends the payload once
+        (1200.0, 4, 200_000),  # a ring of 4 sends 1.5x the payload
+        (1e7, 2, MAX_CHUNK_BYTES),
+    ],
+)
+def test_critical_slices_are_fused_up_to_a_few_ms_of_the_agreed_link(
+    mbps: float | None, world: int, expected: int
+) -> None:
+    rate = None if mbps is None else mbps * 1e6 / 8
+    assert CRITICAL_FUSE_S == 0.002
+    assert critical_fuse_bytes(rate, world) == expected
 
 
 def test_the_averages_residual_keeps_each_parameters_part_when_the_set_changes() -> None:

@@ -78,6 +78,15 @@ STEP_TIME_WINDOW = 9
 # step with 64 KB chunks, 10.6-11.0 ms with these; 20 ms chunks measured the same as 5 ms
 # on tiny_gpt and topics_encoder).
 BACKGROUND_CHUNK_S = 0.005
+# During selective sync, the critical slices of consecutive buckets are fused until they
+# are this much of the agreed link's time (at least the engine's FUSE_BYTES). Each
+# collective is a meeting of the ranks, 1-7 ms apart on 2 shared cores (trace_sync); a
+# slice of a fraction of a ms of wire sent alone pays a meeting and hides little. The fixed
+# 16 KB was a cliff: on zoo:bn_mlp at 1,200 Mbit/s the first bucket's slices were 15.4 KB
+# and went with the last bucket's, until a promoted 640-element parameter made them 16.7 KB
+# and a collective of their own (trace_sync: 10.7-11.1 against 10.1-10.2 ms a step with 2
+# ranks, 31.8-32.8 against 28.0-28.1 ms with 4).
+CRITICAL_FUSE_S = 0.002
 # The key of the periodic averages' residual in ``Adaptive.delta_feedback``.
 DELTA_KEY = "noncritical"
 # Margin on the steps an average is expected to travel before it is applied (one applied
@@ -142,6 +151,11 @@ class Adaptive(Strategy):
       benchmark models at 2 and at 4 ranks (docs/benchmarks.md); one reading is that each periodic average pulls a
       replica's own progress back toward the others', so its local steps must go further
       than the noise argument alone asks. It needs the optimizer (passed to ``wrap``).
+    * **Fusion of critical slices**: during selective sync the engine fuses consecutive
+      buckets' critical slices until they are ``CRITICAL_FUSE_S`` of the agreed link's
+      time (``critical_fuse_bytes``), so slices of a fraction of a ms of wire do not each
+      pay a meeting of the ranks; the engine's fixed ``FUSE_BYTES`` with no known rate and
+      in deterministic mode.
     * **Late critical gradients** (``late_critical``, off by default): step t's critical
       average is applied at step t+1, so backward does not wait for it (``hooks.adaptive``).
     * **Outer momentum** (``outer_momentum`` beta, 0 by default): each average moves the
@@ -309,6 +323,9 @@ class Adaptive(Strategy):
             self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
         self._agree_rate(rows)
         figures = self._decide(step, rows)
+        if not self.state.sync_all:  # agreed figures: every rank fuses the same buckets
+            rate = None if self.config.deterministic else self._rate
+            self.engine.fuse_bytes = critical_fuse_bytes(rate, self.world_size)
         # The formats of the next step's gradients (agreed): while everything is averaged,
         # and of the critical gradients otherwise.
         self.state.exact = self.state.sync_all and self._fp32_is_cheap()
@@ -815,6 +832,15 @@ def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
         return None
     size = BACKGROUND_CHUNK_S * rate_Bps / wire_share
     return int(min(MAX_CHUNK_BYTES, max(BACKGROUND_CHUNK_BYTES, size)))
+
+
+def critical_fuse_bytes(rate_Bps: float | None, world_size: int) -> int:
+    """Bytes of critical slices fused into one collective on a link of ``rate_Bps``
+    (agreed): ``CRITICAL_FUSE_S`` of ring all-reduce wire time, at least ``FUSE_BYTES``."""
+    wire_share = _ring_share(world_size)
+    if not rate_Bps or not wire_share:
+        return FUSE_BYTES
+    return int(min(MAX_CHUNK_BYTES, max(FUSE_BYTES, CRITICAL_FUSE_S * rate_Bps / wire_share)))
 
 
 def _ring_share(world_size: int) -> float:
