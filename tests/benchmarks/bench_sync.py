@@ -100,6 +100,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # Critical slices fused up to the engine's fixed 16 KB, the rule before they were fused
     # up to CRITICAL_FUSE_S of link time (a module constant: ``constant_changes``).
     "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0}),
+    # No parameter promoted by score (no promotion budget); drift alarms as by default.
+    "adaptive-nopromote": ("adaptive", {f"{ADAPTIVE_MODULE}.PROMOTION_BUDGET": 0.0}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
