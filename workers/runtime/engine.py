@@ -9,7 +9,8 @@ Per transfer the thread
   1. fuses small buckets and splits large ones into chunks of ``chunk_bytes`` (fusion waits
      for the next bucket until ``fuse_bytes`` are pending or DDP says the bucket is the last
      one, so a bucket of useful size leaves while backward computes the next; the rule
-     depends only on bucket sizes, so every rank issues the same collectives),
+     depends only on bucket sizes and ``fuse_bytes``, which adaptive sets between steps
+     from agreed figures, so every rank issues the same collectives),
   2. applies the fault injector's extra delay when a fault is active on this rank,
   3. all-reduces the chunk (SUM; callers pre-divide, gloo has no AVG); while the link is
      degraded, a chunk that is late is re-issued once on a spare group (``reissue.py``),
