@@ -70,7 +70,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 STRATEGIES = ("full", "adaptive", "powersgd", "localsgd")
 ADAPTIVE_MODULE = "workers.runtime.strategies.adaptive"
-# Arms: a strategy with RuntimeConfig fields changed, run next to the defaults (``--arms``).
+# Arms: a strategy with RuntimeConfig fields (or runtime module constants, keyed
+# ``module.NAME``) changed, run next to the defaults (``--arms``).
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # adaptive before error-feedback compression: fp32 gradients and parameter averages.
     "adaptive-fp32": ("adaptive", {"compress": "none"}),

@@ -80,7 +80,7 @@ STEP_TIME_WINDOW = 9
 BACKGROUND_CHUNK_S = 0.005
 # During selective sync, the critical slices of consecutive buckets are fused until they
 # are this much of the agreed link's time (at least the engine's FUSE_BYTES). Each
-# collective is a meeting of the ranks, 1-7 ms apart on 2 shared cores (trace_sync); a
+# collective is a meeting of the ranks, up to 7 ms apart on 2 shared cores (trace_sync); a
 # slice of a fraction of a ms of wire sent alone pays a meeting and hides little. The fixed
 # 16 KB was a cliff: on zoo:bn_mlp at 1,200 Mbit/s the first bucket's slices were 15.4 KB
 # and went with the last bucket's, until a promoted 640-element parameter made them 16.7 KB
