@@ -1016,8 +1016,8 @@ def check_critical_fusion() -> dict[str, Any]:
     64 KB buckets: ``mlp`` (33 KB in bf16) is in the first bucket backward hands over,
     ``embed`` (8.4 KB) in the last. No optimizer is passed to ``wrap`` (the step ends are
     told to the session), so adaptive has no fast-link mode and stays selective whatever
-    the machine's step time; the sync period is
-    out of reach, so no average adds collectives. Steps 4-8 are counted (warm-up: 1-2).
+    the machine's step time; the sync period is out of reach, so no average adds
+    collectives. Steps 4-8 are counted (warm-up: 1-2).
     """
     out: dict[str, Any] = {}
     by_link_time = adaptive_module.CRITICAL_FUSE_S

@@ -323,9 +323,7 @@ class Adaptive(Strategy):
             self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
         self._agree_rate(rows)
         figures = self._decide(step, rows)
-        if not self.state.sync_all:  # agreed figures: every rank fuses the same buckets
-            rate = None if self.config.deterministic else self._rate
-            self.engine.fuse_bytes = critical_fuse_bytes(rate, self.world_size)
+        self._set_fuse_bytes()  # the agreed rate may have changed
         # The formats of the next step's gradients (agreed): while everything is averaged,
         # and of the critical gradients otherwise.
         self.state.exact = self.state.sync_all and self._fp32_is_cheap()
@@ -425,7 +423,16 @@ class Adaptive(Strategy):
             self.state.drop_late()  # every bucket is averaged on time from now on
             self.outer = None  # no periodic averages until selective sync resumes
         self.fast_link = fast_link
-        self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES if on else FUSE_BYTES
+        self._set_fuse_bytes()
+
+    def _set_fuse_bytes(self) -> None:
+        """How much the engine fuses: full's bucket size while everything is averaged, else
+        ``critical_fuse_bytes`` at the agreed rate (agreed: every rank fuses alike)."""
+        if self.state.sync_all:
+            self.engine.fuse_bytes = SYNC_ALL_FUSE_BYTES
+            return
+        rate = None if self.config.deterministic else self._rate
+        self.engine.fuse_bytes = critical_fuse_bytes(rate, self.world_size)
 
     def noncritical_params(self) -> list[torch.Tensor]:
         return [self.by_name[n] for n in self.noncritical]
@@ -827,20 +834,25 @@ def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
     ``BACKGROUND_CHUNK_S`` of ring all-reduce wire time, at least the lane's default and at
     most the engine's largest chunk. None with no known rate (the lane's default then).
     Agreed figures only: every rank cuts the same chunks."""
-    wire_share = _ring_share(world_size)
-    if not rate_Bps or not wire_share:
-        return None
-    size = BACKGROUND_CHUNK_S * rate_Bps / wire_share
-    return int(min(MAX_CHUNK_BYTES, max(BACKGROUND_CHUNK_BYTES, size)))
+    return _link_payload(BACKGROUND_CHUNK_S, rate_Bps, world_size, BACKGROUND_CHUNK_BYTES)
 
 
 def critical_fuse_bytes(rate_Bps: float | None, world_size: int) -> int:
     """Bytes of critical slices fused into one collective on a link of ``rate_Bps``
-    (agreed): ``CRITICAL_FUSE_S`` of ring all-reduce wire time, at least ``FUSE_BYTES``."""
+    (agreed): ``CRITICAL_FUSE_S`` of ring all-reduce wire time, at least ``FUSE_BYTES``
+    (also with no known rate)."""
+    return _link_payload(CRITICAL_FUSE_S, rate_Bps, world_size, FUSE_BYTES) or FUSE_BYTES
+
+
+def _link_payload(
+    seconds: float, rate_Bps: float | None, world_size: int, floor: int
+) -> int | None:
+    """The payload whose ring all-reduce wire bytes take ``seconds`` at ``rate_Bps``, between
+    ``floor`` and the engine's largest chunk; None with no known rate or a single rank."""
     wire_share = _ring_share(world_size)
     if not rate_Bps or not wire_share:
-        return FUSE_BYTES
-    return int(min(MAX_CHUNK_BYTES, max(FUSE_BYTES, CRITICAL_FUSE_S * rate_Bps / wire_share)))
+        return None
+    return int(min(MAX_CHUNK_BYTES, max(floor, seconds * rate_Bps / wire_share)))
 
 
 def _ring_share(world_size: int) -> float:
