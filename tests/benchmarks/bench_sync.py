@@ -94,15 +94,15 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-scale1": ("adaptive", {"local_step_scale": 1.0}),
     "adaptive-sqrt": ("adaptive", {"local_step_scale": math.sqrt}),
     "adaptive-n": ("adaptive", {"local_step_scale": float}),  # world size^1
-    # The drift alarm's threshold (default 0.08) doubled, and alarms that never fire (the
-    # promotion threshold is a share of it: nothing is promoted then either).
+    # The drift alarm's threshold (default 0.08) doubled, and alarms that never fire.
     "adaptive-drift16": ("adaptive", {"drift_threshold": 0.16}),
     "adaptive-nodrift": ("adaptive", {"drift_threshold": 1e9}),
     # Critical slices fused up to the engine's fixed 16 KB, the rule before they were fused
     # up to CRITICAL_FUSE_S of link time (a module constant: ``constant_changes``).
     "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0}),
-    # No parameter promoted by score (no promotion budget); drift alarms as by default.
-    "adaptive-nopromote": ("adaptive", {f"{ADAPTIVE_MODULE}.PROMOTION_BUDGET": 0.0}),
+    # Parameters promoted by score into 10% of the parameter bytes (the default before:
+    # none); drift alarms as by default.
+    "adaptive-promote": ("adaptive", {"promotion_budget": 0.1}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16

@@ -29,6 +29,7 @@ def test_it_reads_the_supervisor_environment() -> None:
             p.ENV_REISSUE_AFTER_S: "0.05",
             p.ENV_CRITICAL_SHARE: "0.1",
             p.ENV_OUTER_MOMENTUM: "0.5",
+            p.ENV_PROMOTION_BUDGET: "0.1",
             "RANK": "1",
             "WORLD_SIZE": "4",
         }
@@ -44,6 +45,7 @@ def test_it_reads_the_supervisor_environment() -> None:
     assert cfg.reissue_after_s == 0.05
     assert cfg.critical_share == 0.1
     assert cfg.outer_momentum == 0.5
+    assert cfg.promotion_budget == 0.1
     assert cfg.reporting is True
 
 
@@ -75,6 +77,7 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_CRITICAL_SHARE: "0"}, r"SYNCLANE_CRITICAL_SHARE must be in \(0, 1\], got 0"),
         ({p.ENV_CRITICAL_SHARE: "1.5"}, r"SYNCLANE_CRITICAL_SHARE must be in \(0, 1\]"),
         ({p.ENV_OUTER_MOMENTUM: "1"}, r"SYNCLANE_OUTER_MOMENTUM must be in \[0, 1\), got 1"),
+        ({p.ENV_PROMOTION_BUDGET: "-0.1"}, r"SYNCLANE_PROMOTION_BUDGET must be in \[0, 1\)"),
         ({p.ENV_REISSUE_AFTER_S: "-0.1"}, "SYNCLANE_REISSUE_AFTER_S must be >= 0"),
         ({p.ENV_REISSUE_AFTER_S: "soon"}, p.ENV_REISSUE_AFTER_S),
         ({p.ENV_BUCKET_CAP_MB: "-2"}, "SYNCLANE_BUCKET_CAP_MB must be > 0"),

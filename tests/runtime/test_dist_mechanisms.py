@@ -165,6 +165,9 @@ def test_promotion_by_score_is_stable_agreed_and_undone_when_a_parameter_stops_m
     tmp_path: Path,
 ) -> None:
     result = run_check("promotion", tmp_path)
+    # Off by default (no budget): the same steps promote nothing.
+    assert all(s["promoted"] == [] for s in result["default"]["steps"]), result["default"]
+    assert result["default"]["state_averages"] == [], result["default"]
     steps = result["steps"]
     first = next(i for i, s in enumerate(steps) if s["promoted"])
     promoted = steps[first]["promoted"]

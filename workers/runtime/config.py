@@ -71,6 +71,10 @@ class RuntimeConfig:
     # adaptive: momentum on the periodic averages of the non-critical parameters (SlowMo: the
     # averaged movement plus this share of the previous averages' steps); 0: plain averaging.
     outer_momentum: float = 0.0
+    # adaptive: share of the parameter bytes that non-critical parameters moving fast may be
+    # promoted into (synced every step); 0: none. Off by default: no measurement showed it
+    # paying (docs/benchmarks.md), and 0.1 sent 5.6% of tiny_gpt's parameters more a step.
+    promotion_budget: float = 0.0
     # adaptive decides on a fixed schedule (no timing input): reproducible for a fixed seed.
     deterministic: bool = False
 
@@ -116,6 +120,10 @@ class RuntimeConfig:
         if not 0 <= self.outer_momentum < 1:
             raise ValueError(
                 f"{_label('outer_momentum')} must be in [0, 1), got {self.outer_momentum}"
+            )
+        if not 0 <= self.promotion_budget < 1:
+            raise ValueError(
+                f"{_label('promotion_budget')} must be in [0, 1), got {self.promotion_budget}"
             )
         if not 0 < self.critical_share <= 1:
             raise ValueError(
@@ -205,6 +213,7 @@ class RuntimeConfig:
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
             "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
             "outer_momentum": _float(e, p.ENV_OUTER_MOMENTUM, 0.0),
+            "promotion_budget": _float(e, p.ENV_PROMOTION_BUDGET, 0.0),
         }
         values.update(overrides)
         # Errors name the variable to change (the user's value, or the default it left).
@@ -242,6 +251,7 @@ FIELD_ENV: Mapping[str, str] = {
     "deterministic": p.ENV_DETERMINISTIC,
     "late_critical": p.ENV_LATE_CRITICAL,
     "outer_momentum": p.ENV_OUTER_MOMENTUM,
+    "promotion_budget": p.ENV_PROMOTION_BUDGET,
 }
 
 # While from_env validates: the fields read from the environment and their variables.

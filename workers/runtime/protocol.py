@@ -82,6 +82,9 @@ ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
 # Momentum in [0, 1) on adaptive's periodic averages of the non-critical parameters (SlowMo);
 # 0 (the default): plain averages.
 ENV_OUTER_MOMENTUM: Final = "SYNCLANE_OUTER_MOMENTUM"
+# Share in [0, 1) of the parameter bytes that adaptive may promote to critical by measured
+# movement during training; 0 (the default): none.
+ENV_PROMOTION_BUDGET: Final = "SYNCLANE_PROMOTION_BUDGET"
 # Factor on non-critical params' local optimizer steps (adaptive); unset: world size^0.8
 # for second-moment optimizers (Adam, RMSprop, ...), 1 otherwise.
 ENV_LOCAL_STEP_SCALE: Final = "SYNCLANE_LOCAL_STEP_SCALE"

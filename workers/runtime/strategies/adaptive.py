@@ -61,8 +61,6 @@ INT8_BELOW = 0.05
 AVERAGING_BUDGET = 0.25
 # A parameter is promoted when its movement between syncs exceeds this share of the drift threshold.
 PROMOTION_THRESHOLD = 0.25
-# Extra bytes, as a share of all parameter bytes, that promoted (non-attention) params may add.
-PROMOTION_BUDGET = 0.10
 # A promoted parameter is demoted only when its score falls under this share of the
 # promotion threshold (hysteresis: each promotion costs an optimizer-state average).
 DEMOTION_SHARE = 0.5
@@ -97,7 +95,7 @@ LAG_MARGIN = 1.25
 class Adaptive(Strategy):
     """Adaptive selective sync.
 
-    * **Critical** parameters (attention projections by default, plus parameters promoted by
+    * **Critical** parameters (attention projections by default, plus any promoted by
       score) have their gradients averaged globally every step in the comm hook. A model with
       no parameter matching the pattern gets a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
@@ -109,8 +107,9 @@ class Adaptive(Strategy):
       ``max_sync_period``.
     * **Score**: at each global sync, each non-critical parameter's relative movement since
       the last sync (its update-to-weight ratio over H steps, averaged across ranks in the
-      same all-reduce as the parameters) divided by its bytes. The highest-scoring ones are
-      promoted to critical while their bytes fit in ``PROMOTION_BUDGET``. Promoted
+      same all-reduce as the parameters) divided by its bytes. With a ``promotion_budget``
+      (0 by default: measured, it did not pay), the highest-scoring ones are promoted to
+      critical while their bytes fit in that share of all parameter bytes. Promoted
       parameters' movement is averaged along too, and a promoted parameter is demoted when
       it falls under ``DEMOTION_SHARE`` of the threshold, so promotion is re-evaluated at
       every sync as training goes without flapping.
@@ -729,7 +728,7 @@ class Adaptive(Strategy):
         if self.optimizer is None:
             return
         sizes = {n: q.numel() * q.element_size() for n, q in self.named}
-        budget = PROMOTION_BUDGET * self.total_bytes
+        budget = self.config.promotion_budget * self.total_bytes
         candidates = sorted(
             (n for n in self.scores if n not in self.base_critical),
             key=lambda n: self.scores[n] / sizes[n],
