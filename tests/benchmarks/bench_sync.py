@@ -115,6 +115,11 @@ MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 ZOO_PREFIX = "zoo:"
 HELD_OUT_RANK = 1_000_000  # the zoo's batch "rank" of the held-out set: no training rank uses it
 TOLERANCE = 0.0015  # reached: validation loss <= target * (1 + TOLERANCE)
+# The loss gap is also read over the last TAIL_EVALS evaluations up to the budget (steps
+# 160-200 at the defaults), beside the issue's gap at the budget's one evaluation: on
+# topics_encoder full's own validation loss moved 0.18 -> 0.22 -> 0.27 over its last three
+# evaluations (seed 1), so one evaluation's gap is mostly where its noise fell.
+TAIL_EVALS = 5
 SEED_REGIME_SHARE = 0.60  # the seed regime: full spends at least this share communicating
 CALIBRATION_AIM = 0.67  # the share the calibration aims at (above 0.60: estimates err)
 PROBE_STEPS = 40
@@ -220,12 +225,20 @@ def first_reached(evals: list[list[float]], target: float) -> float | None:
     return None
 
 
+def tail_mean(evals: list[list[float]], budget: int) -> float | None:
+    """Mean validation loss of the last ``TAIL_EVALS`` evaluations at or before ``budget``."""
+    vals = [val for step, _seconds, val in evals if step <= budget][-TAIL_EVALS:]
+    return statistics.fmean(vals) if vals else None
+
+
 def rows_of(
     runs: list[dict[str, Any]], *, model: str, world: int, seed: int
 ) -> list[dict[str, Any]]:
     """Turn one plan's runs into result rows (one per strategy and regime)."""
     none = next(r for r in runs if r["strategy"] == "none")
-    target = next(r for r in runs if r["strategy"] == "full" and not r["probe"])["val_at_budget"]
+    reference = next(r for r in runs if r["strategy"] == "full" and not r["probe"])
+    target = reference["val_at_budget"]
+    target_tail = tail_mean(reference["evals"], reference["budget"])
     fulls = [(i, r) for i, r in enumerate(runs) if r["strategy"] == "full" and not r["probe"]]
 
     def nearest_full(i: int, link: float | None) -> dict[str, Any] | None:
@@ -255,6 +268,9 @@ def rows_of(
             "samples_per_s": round(1 / t_s, 2),
             "val_loss": round(run["val_at_budget"], 5),
             "target_val_loss": round(target, 5),
+            # Means over the last TAIL_EVALS evaluations (this run's, the target full run's).
+            "val_tail": _rounded(tail_mean(run["evals"], budget), 5),
+            "target_val_tail": _rounded(target_tail, 5),
             "time_to_target_s": None if ttt is None else round(ttt, 3),
             "bytes_per_step": round(run["bytes_per_step"], 1),
             **{k: round(run[k], 3) for k in DIAGNOSTICS if k in run},
@@ -279,6 +295,10 @@ def interval(values: list[float]) -> tuple[float | None, float | None]:
     half = T95[min(len(values) - 1, len(T95)) - 1] * statistics.stdev(values) / len(values) ** 0.5
     mean = statistics.fmean(values)
     return mean - half, mean + half
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def fmt(value: float | None, spec: str, none: str = "-") -> str:
@@ -364,6 +384,12 @@ def verdicts(groups: dict[tuple[str, int, str, str], list[dict[str, Any]]]) -> l
         speed, removed = avg(seed, "speedup_to_target"), avg(seed, "overhead_removed")
         loss, target = avg(seed, "val_loss"), avg(seed, "target_val_loss")
         gap = (loss - target) / target if loss is not None and target else None
+        tail, tail_target = avg(seed, "val_tail"), avg(seed, "target_val_tail")
+        tail_gap = (
+            f"{100 * (tail - tail_target) / tail_target:+.2f}%"
+            if tail is not None and tail_target
+            else "-"
+        )
         mine = ttt(seed)
         peers = {
             s: ttt(groups[(model, world, SEED, s)])
@@ -375,7 +401,8 @@ def verdicts(groups: dict[tuple[str, int, str, str], list[dict[str, Any]]]) -> l
         checks = [
             f"to target {fmt(speed, '.2f')}x (>= 2.3: {'yes' if speed and speed >= 2.3 else 'no'})",
             f"overhead removed {fmt(removed, '.0%')} (>= 90%: {'yes' if removed and removed >= 0.9 else 'no'})",
-            f"gap {fmt(None if gap is None else 100 * gap, '+.2f')}% (<= 0.15%: {'yes' if gap is not None and gap <= 0.0015 else 'no'})",
+            f"gap {fmt(None if gap is None else 100 * gap, '+.2f')}% (<= 0.15%: {'yes' if gap is not None and gap <= 0.0015 else 'no'}; "
+            f"over the last {TAIL_EVALS} evaluations {tail_gap})",
             "sooner than "
             + (", ".join(f"{s} {'yes' if mine < t else 'no'}" for s, t in peers.items()) or "-"),
         ]

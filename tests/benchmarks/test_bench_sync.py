@@ -76,6 +76,33 @@ def test_the_fast_link_verdict_gives_the_ratios_interval() -> None:
     assert "1 Gbit/s 1.00x full, 95% interval 0.96-1.04 (>= 0.98: yes)" in verdict, verdict
 
 
+def test_the_loss_gap_is_also_read_over_the_last_evaluations_up_to_the_budget() -> None:
+    # Both runs fall to 1.0 by step 60; full ends at 1.2 at the budget, adaptive at 1.26
+    # (+5% at the budget), and adaptive's evaluation after the budget counts for nothing.
+    falling = [
+        [step, step / 100, val]
+        for step, val in zip(range(10, 60, 10), (5, 4, 3, 2, 1), strict=True)
+    ]
+    full, adaptive = a_run("full", 2.0, link=100.0), a_run("adaptive", 1.0, link=100.0)
+    full["evals"] = [*falling, *([s, s / 100, 1.0] for s in (60, 70, 80, 90)), [100, 2.0, 1.2]]
+    full["val_at_budget"] = 1.2
+    adaptive["evals"] = [
+        *falling,
+        *([s, s / 100, 1.0] for s in (60, 70, 80, 90)),
+        [100, 1.0, 1.26],
+        [110, 1.1, 0.5],
+    ]
+    adaptive["val_at_budget"] = 1.26
+    for run in (full, adaptive):
+        run["regime"] = "seed"
+    rows = rows_of([a_run("none", 1.0, link=None), full, adaptive], model="m", world=2, seed=0)
+    by = {r["strategy"]: (r["val_tail"], r["target_val_tail"]) for r in rows}
+    assert by["full"] == (1.04, 1.04) and by["adaptive"] == (1.052, 1.04), by
+    verdict = table(rows).splitlines()[-1]
+    # Over steps 60-100: (1.052 - 1.04) / 1.04 = +1.15%.
+    assert "gap +5.00% (<= 0.15%: no; over the last 5 evaluations +1.15%)" in verdict, verdict
+
+
 def test_interval_needs_three_runs() -> None:
     assert interval([1.0, 1.1]) == (None, None)
     low, high = interval([0.9, 1.0, 1.1])
