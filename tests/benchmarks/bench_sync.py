@@ -105,6 +105,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-promote": ("adaptive", {"promotion_budget": 0.1}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
+    "adaptive-h16": ("adaptive", {"sync_period": 16}),  # and a longer one
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
     # (the default, "auto", chooses by the link time int8 would save).
     "adaptive-int8": ("adaptive", {"compress": "int8"}),
