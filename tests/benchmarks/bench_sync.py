@@ -302,6 +302,11 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def relative_gap(loss: float | None, target: float | None) -> float | None:
+    """``(loss - target) / target`` (None without both, or with a zero target)."""
+    return (loss - target) / target if loss is not None and target else None
+
+
 def fmt(value: float | None, spec: str, none: str = "-") -> str:
     return (
         none
@@ -357,7 +362,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{model:<15}{ranks:>5} {label:>13} {strategy:<18}{fmt(sps, '9.1f'):>9} "
             f"{fmt(x_full, '6.2f'):>6} "
             f"{fmt(mean('overhead_removed'), '7.0%'):>7} {fmt(mean('comm_share_full'), '9.0%'):>9} "
-            f"{fmt(loss, '8.4f'):>8} {fmt(100 * (loss - target) / target if loss and target else None, '+6.2f'):>6}% "
+            f"{fmt(loss, '8.4f'):>8} {fmt(relative_gap(loss, target), '+7.2%'):>7} "
             f"{fmt(mean('time_to_target_s'), '7.1f'):>7} "
             f"{fmt(statistics.mean(speedups) if speedups else None, '8.2f') + 'x' if speedups else '-':>9} "
             f"{reached:>3}/{len(group):<3} {fmt(mean('bytes_per_step') / 1024, '8.1f'):>8}"  # type: ignore[operator]
@@ -384,13 +389,8 @@ def verdicts(groups: dict[tuple[str, int, str, str], list[dict[str, Any]]]) -> l
             continue
         speed, removed = avg(seed, "speedup_to_target"), avg(seed, "overhead_removed")
         loss, target = avg(seed, "val_loss"), avg(seed, "target_val_loss")
-        gap = (loss - target) / target if loss is not None and target else None
-        tail, tail_target = avg(seed, "val_tail"), avg(seed, "target_val_tail")
-        tail_gap = (
-            f"{100 * (tail - tail_target) / tail_target:+.2f}%"
-            if tail is not None and tail_target
-            else "-"
-        )
+        gap = relative_gap(loss, target)
+        tail_gap = relative_gap(avg(seed, "val_tail"), avg(seed, "target_val_tail"))
         mine = ttt(seed)
         peers = {
             s: ttt(groups[(model, world, SEED, s)])
@@ -402,8 +402,8 @@ def verdicts(groups: dict[tuple[str, int, str, str], list[dict[str, Any]]]) -> l
         checks = [
             f"to target {fmt(speed, '.2f')}x (>= 2.3: {'yes' if speed and speed >= 2.3 else 'no'})",
             f"overhead removed {fmt(removed, '.0%')} (>= 90%: {'yes' if removed and removed >= 0.9 else 'no'})",
-            f"gap {fmt(None if gap is None else 100 * gap, '+.2f')}% (<= 0.15%: {'yes' if gap is not None and gap <= 0.0015 else 'no'}; "
-            f"over the last {TAIL_EVALS} evaluations {tail_gap})",
+            f"gap {fmt(gap, '+.2%')} (<= 0.15%: {'yes' if gap is not None and gap <= 0.0015 else 'no'}; "
+            f"over the last {TAIL_EVALS} evaluations {fmt(tail_gap, '+.2%')})",
             "sooner than "
             + (", ".join(f"{s} {'yes' if mine < t else 'no'}" for s, t in peers.items()) or "-"),
         ]
