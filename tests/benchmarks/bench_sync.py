@@ -70,6 +70,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 STRATEGIES = ("full", "adaptive", "powersgd", "localsgd")
 ADAPTIVE_MODULE = "workers.runtime.strategies.adaptive"
+# Critical gradients averaged in backward (adaptive's mode before critical parameters were
+# averaged after each step): the arms that measure that path set it.
+GRAD: dict[str, Any] = {"overlap_critical": False}
 # Arms: a strategy with RuntimeConfig fields (or runtime module constants, keyed
 # ``module.NAME``) changed, run next to the defaults (``--arms``).
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -78,13 +81,17 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-fp16": ("adaptive", {"compress": "fp16"}),
     # Smaller DDP buckets (default 1 MB): critical slices leave earlier in backward, at the
     # cost of a hook call and a collective per bucket (64 KB was adaptive's default before).
-    "adaptive-64k": ("adaptive", {"bucket_cap_mb": 0.0625}),
-    "adaptive-256k": ("adaptive", {"bucket_cap_mb": 0.25}),
+    "adaptive-64k": ("adaptive", {"bucket_cap_mb": 0.0625, **GRAD}),
+    "adaptive-256k": ("adaptive", {"bucket_cap_mb": 0.25, **GRAD}),
     # Models with no attention: the measured critical set's share of the bytes (default 1/6).
     "adaptive-cs3": ("adaptive", {"critical_share": 1 / 3}),
     "adaptive-cs12": ("adaptive", {"critical_share": 1 / 12}),
-    # Critical gradients applied one step late (their average crosses the link meanwhile).
-    "adaptive-late": ("adaptive", {"late_critical": True}),
+    # Critical gradients averaged in backward (the default before critical parameters were
+    # averaged after each step, overlapped with the next), and applied one step late.
+    "adaptive-grad": ("adaptive", GRAD),
+    "adaptive-late": ("adaptive", {**GRAD, "late_critical": True}),
+    # Critical parameters' local steps scaled as the others' (n^0.8; default sqrt(n)).
+    "adaptive-cexp8": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_STEP_EXPONENT": 0.8}),
     # Slow momentum on the periodic averages (SlowMo, DiLoCo's outer optimizer).
     "adaptive-mom5": ("adaptive", {"outer_momentum": 0.5}),
     "adaptive-mom8": ("adaptive", {"outer_momentum": 0.8}),
@@ -99,7 +106,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-nodrift": ("adaptive", {"drift_threshold": 1e9}),
     # Critical slices fused up to the engine's fixed 16 KB, the rule before they were fused
     # up to CRITICAL_FUSE_S of link time (a module constant: ``constant_changes``).
-    "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0}),
+    "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0, **GRAD}),
     # Parameters promoted by score into 10% of the parameter bytes (the default before:
     # none); drift alarms as by default.
     "adaptive-promote": ("adaptive", {"promotion_budget": 0.1}),
@@ -108,8 +115,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-h16": ("adaptive", {"sync_period": 16}),  # and a longer one
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
     # (the default, "auto", chooses by the link time int8 would save).
-    "adaptive-int8": ("adaptive", {"compress": "int8"}),
-    "adaptive-bf16": ("adaptive", {"compress": "bf16"}),
+    "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
+    "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 # Models of workers.workloads.zoo run as "zoo:<name>" (e.g. --models zoo:rnn_lm,zoo:convnet).

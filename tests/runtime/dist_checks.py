@@ -9,6 +9,7 @@ One launch per check keeps torchrun's start-up cost (~3 s) to a handful per suit
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -123,7 +124,8 @@ def check_numerics() -> dict[str, Any]:
     # Adaptive vs full on the same state: step 1 is warm-up (full); compare step 2's grads.
     grads: dict[str, dict[str, torch.Tensor]] = {}
     for strategy in ("full", "adaptive"):
-        model, opt = wrapped(base_cfg(sync=strategy, warmup_steps=1, compress="none"))
+        cfg = base_cfg(sync=strategy, warmup_steps=1, compress="none", overlap_critical=False)
+        model, opt = wrapped(cfg)
         train(model, opt, 1)
         loss = model(*batch(dist.get_rank(), 2))
         opt.zero_grad(set_to_none=True)
@@ -398,7 +400,9 @@ def check_reissue() -> dict[str, Any]:
         model.session.close()
         reporter.close()
     # Adaptive's critical buckets go through the same path (warm-up 2 steps, then selective).
-    cfg = base_cfg(sync="adaptive", fault=fault, jitter_threshold_s=0.1, warmup_steps=2)
+    cfg = base_cfg(
+        sync="adaptive", fault=fault, jitter_threshold_s=0.1, warmup_steps=2, overlap_critical=False
+    )
     model, opt = wrapped(cfg)
     _, reissued, failed_at = train_until_link_failure(model, opt, 20, "reissued")
     attn = torch.cat([model.module.attn.weight.detach().reshape(-1), model.module.attn.bias])
@@ -432,34 +436,58 @@ def check_probes() -> dict[str, Any]:
 
 
 def check_local_step_scale() -> dict[str, Any]:
-    """Adaptive's local steps of non-critical params, with and without the n^0.8 scale.
+    """Adaptive's local steps, with and without the automatic scale.
 
-    Two runs from the same state and batches: warm-up step 1 (full), then step 2, the first
-    selective one. Their updates must agree on critical params and differ by the scale
-    (2^0.8 with AdamW, chosen automatically) on non-critical ones.
+    Runs from the same state and batches: warm-up step 1 (full), then step 2, the first
+    selective one, whose updates are compared with an unscaled run's. With critical
+    gradients averaged in backward (``overlap_critical`` off) the updates must agree on
+    critical params and differ by 2^0.8 (AdamW) on non-critical ones; by default critical
+    params take local steps too, scaled by 2^0.5 (the average started after step 1 is of
+    identical replicas, so it moves nothing at step 2).
     """
     deltas: dict[str, dict[str, torch.Tensor]] = {}
-    scales: dict[str, float] = {}
-    for name, scale in (("auto", None), ("unscaled", 1.0)):
+    scales: dict[str, tuple[float, float]] = {}
+    runs = [
+        (f"{mode}_{name}", overlap, scale)
+        for mode, overlap in (("grad", False), ("overlap", True))
+        for name, scale in (("auto", None), ("unscaled", 1.0))
+    ]
+    for name, overlap, scale in runs:
         model, opt = wrapped(
-            base_cfg(sync="adaptive", warmup_steps=1, drift_threshold=10.0, local_step_scale=scale)
+            base_cfg(
+                sync="adaptive",
+                warmup_steps=1,
+                drift_threshold=10.0,
+                local_step_scale=scale,
+                overlap_critical=overlap,
+            )
         )
         train_one(model, opt, 1)
         before = {n: q.detach().clone() for n, q in model.module.named_parameters()}
         train_one(model, opt, 2)
         deltas[name] = {n: q.detach() - before[n] for n, q in model.module.named_parameters()}
-        scales[name] = model.session.strategy.step_scale  # type: ignore[attr-defined]
+        strategy = model.session.strategy
+        scales[name] = (strategy.step_scale, strategy.critical_step_scale)  # type: ignore[attr-defined]
         model.session.close()
-    auto, unscaled = deltas["auto"], deltas["unscaled"]
-    ratios = {
-        n: float(auto[n].norm() / unscaled[n].norm()) for n in auto if not n.startswith("attn.")
-    }
+
+    def ratios(mode: str, critical: bool) -> dict[str, float]:
+        auto, unscaled = deltas[f"{mode}_auto"], deltas[f"{mode}_unscaled"]
+        return {
+            n: float(auto[n].norm() / unscaled[n].norm())
+            for n in auto
+            if n.startswith("attn.") == critical
+        }
+
+    grad_auto, grad_unscaled = deltas["grad_auto"], deltas["grad_unscaled"]
     return {
-        "scale": scales["auto"],
+        "scale": scales["grad_auto"][0],
+        "critical_scale": scales["overlap_auto"][1],
         "critical_equal": all(
-            torch.equal(auto[n], unscaled[n]) for n in auto if n.startswith("attn.")
+            torch.equal(grad_auto[n], grad_unscaled[n]) for n in grad_auto if n.startswith("attn.")
         ),
-        "noncritical_ratios": ratios,
+        "noncritical_ratios": ratios("grad", critical=False),
+        "overlap_noncritical_ratios": ratios("overlap", critical=False),
+        "overlap_critical_ratios": ratios("overlap", critical=True),
         "sgd_scale": local_step_scale(
             base_cfg(sync="adaptive"), torch.optim.SGD(Net().parameters(), lr=0.1), 2
         ),
@@ -633,7 +661,10 @@ def check_promotion() -> dict[str, Any]:
 
 
 def _promotion_run(**changes: Any) -> dict[str, Any]:
-    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=2, sync_period=2, **changes))
+    cfg = base_cfg(
+        sync="adaptive", warmup_steps=2, sync_period=2, overlap_critical=False, **changes
+    )
+    model, opt = wrapped(cfg)
     strategy = model.session.strategy
     averaged = []
     average_state = strategy._average_optimizer_state  # type: ignore[attr-defined]
@@ -704,7 +735,12 @@ def check_compress() -> dict[str, Any]:
             # No drift alarm (it would average every step): every other step sends only
             # the critical gradients.
             base_cfg(
-                sync="adaptive", warmup_steps=3, sync_period=2, compress=wire, drift_threshold=1e9
+                sync="adaptive",
+                warmup_steps=3,
+                sync_period=2,
+                compress=wire,
+                drift_threshold=1e9,
+                overlap_critical=False,
             )
         )
         train(model, opt, 1)  # warm-up: everything; no step time agreed yet
@@ -793,7 +829,7 @@ def check_auto_format() -> dict[str, Any]:
         # agreed step times, so one stalled step on a loaded machine does not decide it.
         cfg = base_cfg(
             sync="adaptive", warmup_steps=4, sync_period=32, link_mbps=20.0,
-            critical=critical, drift_threshold=1e9,
+            critical=critical, drift_threshold=1e9, overlap_critical=False,
         )  # fmt: skip
         model, opt = wrapped(cfg)
         quantized: list[bool] = []
@@ -878,7 +914,13 @@ def check_late_critical() -> dict[str, Any]:
         torch.manual_seed(0)
         net = Net()
         opt: torch.optim.Optimizer = torch.optim.SGD(net.parameters(), lr=0.0)
-        cfg = base_cfg(sync="adaptive", warmup_steps=1, compress="none", late_critical=late)
+        cfg = base_cfg(
+            sync="adaptive",
+            warmup_steps=1,
+            compress="none",
+            late_critical=late,
+            overlap_critical=False,
+        )
         model = wrap(net, optimizer=opt, config=cfg, reporter=Reporter(rank=rank))
         seen[late] = []
         for step in range(1, 8):
@@ -901,7 +943,13 @@ def check_late_critical() -> dict[str, Any]:
         "late_same_on_all_ranks": all(same_on_all_ranks([g]) for g in late_grads),
     }
     model, opt = wrapped(
-        base_cfg(sync="adaptive", warmup_steps=1, sync_period=2, late_critical=True)
+        base_cfg(
+            sync="adaptive",
+            warmup_steps=1,
+            sync_period=2,
+            late_critical=True,
+            overlap_critical=False,
+        )
     )
     train(model, opt, 14)
     net = model.module
@@ -910,6 +958,57 @@ def check_late_critical() -> dict[str, Any]:
     out["noncritical_equal_before_sync"] = same_on_all_ranks(list(net.mlp.parameters()))
     model.session.synchronize()
     out["all_equal_after_sync"] = same_on_all_ranks(list(net.parameters()))
+    model.session.close()
+    return out
+
+
+def check_overlap_critical() -> dict[str, Any]:
+    """adaptive with ``overlap_critical``: no gradient is averaged in backward; after each
+    step a critical parameter is the replicas' mean of the step before plus this rank's
+    own local step.
+
+    SGD (its local steps are not scaled) and fp32 on the wire: with s_t this rank's critical
+    parameters after step t's optimizer step (the snapshot that is averaged meanwhile) and
+    g this rank's gradient of step t + 1, every rank must hold s_{t+1} = mean(s_t) - lr g
+    after step t + 1. Then AdamW with bf16: training goes on, the replicas differ by their
+    last local steps, and synchronize() makes them identical.
+    """
+    rank, world, lr = dist.get_rank(), dist.get_world_size(), 0.05
+    torch.manual_seed(0)
+    net = Net()
+    opt: torch.optim.Optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    cfg = base_cfg(sync="adaptive", warmup_steps=1, compress="none", overlap_critical=True)
+    model = wrap(net, optimizer=opt, config=cfg, reporter=Reporter(rank=rank))
+    grads: list[torch.Tensor] = []
+    snaps: list[torch.Tensor] = []
+    for step in range(1, 9):
+        loss = model(*batch(rank, step))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grads.append(attn_grad(net).clone())
+        opt.step()
+        snaps.append(torch.cat([q.detach().reshape(-1) for q in net.attn.parameters()]))
+    model.session.close()
+    errors, local_steps = [], []
+    for t in range(1, 7):  # snaps[t] is after step t + 1: the first selective step is 2
+        mean = snaps[t - 1].clone()
+        dist.all_reduce(mean)
+        expected = mean.div_(world).sub_(grads[t], alpha=lr)
+        errors.append(float((snaps[t] - expected).abs().max()))
+        local_steps.append(float(grads[t].abs().max()) * lr)
+    out: dict[str, Any] = {
+        "warmup_grad_same": same_on_all_ranks([grads[0]]),
+        "selective_grads_local": [not same_on_all_ranks([g]) for g in grads[1:]],
+        "max_error": max(errors),
+        "min_local_step": min(local_steps),
+        "replicas_differ": not same_on_all_ranks([snaps[-1]]),
+    }
+    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=1, overlap_critical=True))
+    losses = train(model, opt, 14)
+    out["losses_finite"] = all(math.isfinite(v) for v in losses)
+    out["equal_before_sync"] = same_on_all_ranks(list(model.module.parameters()))
+    model.session.synchronize()
+    out["all_equal_after_sync"] = same_on_all_ranks(list(model.module.parameters()))
     model.session.close()
     return out
 
@@ -1033,6 +1132,7 @@ def check_critical_fusion() -> dict[str, Any]:
         net, opt = fresh()
         cfg = base_cfg(
             sync="adaptive",
+            overlap_critical=False,
             critical=r"^(mlp|embed)\.",
             compress="bf16",
             link_mbps=400.0,
@@ -1079,6 +1179,7 @@ CHECKS = {
         check_drift_together,
         check_first_step_clock,
         check_late_critical,
+        check_overlap_critical,
         check_sync_all_format,
         check_outer_momentum,
         check_fast_link_equals_full,

@@ -30,6 +30,8 @@ def test_it_reads_the_supervisor_environment() -> None:
             p.ENV_CRITICAL_SHARE: "0.1",
             p.ENV_OUTER_MOMENTUM: "0.5",
             p.ENV_PROMOTION_BUDGET: "0.1",
+            p.ENV_OVERLAP_CRITICAL: "0",
+            p.ENV_LATE_CRITICAL: "1",
             "RANK": "1",
             "WORLD_SIZE": "4",
         }
@@ -46,7 +48,11 @@ def test_it_reads_the_supervisor_environment() -> None:
     assert cfg.critical_share == 0.1
     assert cfg.outer_momentum == 0.5
     assert cfg.promotion_budget == 0.1
+    assert (cfg.overlap_critical, cfg.late_critical) == (False, True)
     assert cfg.reporting is True
+    # Unset, critical parameters are averaged after the step (a default of 1, not 0).
+    default = RuntimeConfig.from_env({})
+    assert (default.overlap_critical, default.late_critical) == (True, False)
 
 
 def test_overrides_win_over_the_environment() -> None:
@@ -82,6 +88,11 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_REISSUE_AFTER_S: "soon"}, p.ENV_REISSUE_AFTER_S),
         ({p.ENV_BUCKET_CAP_MB: "-2"}, "SYNCLANE_BUCKET_CAP_MB must be > 0"),
         ({p.ENV_PROBE_EVERY: "-1"}, "SYNCLANE_PROBE_EVERY must be >= 0"),
+        ({p.ENV_OVERLAP_CRITICAL: "maybe"}, "SYNCLANE_OVERLAP_CRITICAL must be 1 or 0"),
+        (
+            {p.ENV_LATE_CRITICAL: "1"},  # with the default overlap
+            "SYNCLANE_LATE_CRITICAL needs SYNCLANE_OVERLAP_CRITICAL off",
+        ),
     ],
 )
 def test_it_rejects_invalid_settings_naming_the_variable_the_user_set(

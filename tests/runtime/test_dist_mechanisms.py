@@ -99,14 +99,23 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     assert adaptive[4] + adaptive[5] >= 2 * critical + 0.9 * (full[0] - critical)
 
 
-def test_adaptive_scales_local_steps_of_noncritical_params_only(tmp_path: Path) -> None:
+def test_adaptive_scales_the_local_steps_of_parameters_that_take_them(tmp_path: Path) -> None:
     result = run_check("local_step_scale", tmp_path)
-    # AdamW on 2 ranks: 2^0.8 = 1.74 automatically; SGD's local steps stay as they are.
+    # AdamW on 2 ranks: 2^0.8 = 1.74 (non-critical), 2^0.5 = 1.41 (critical, averaged after
+    # every step) automatically; SGD's local steps stay as they are.
     assert result["scale"] == pytest.approx(1.7411, abs=1e-4)
+    assert result["critical_scale"] == pytest.approx(1.4142, abs=1e-4)
     assert result["sgd_scale"] == 1.0
+    # Critical gradients averaged in backward: critical steps unscaled, the rest scaled.
     assert result["critical_equal"] is True
     assert result["noncritical_ratios"]
     for name, ratio in result["noncritical_ratios"].items():
+        assert ratio == pytest.approx(result["scale"], rel=1e-4), name
+    # Critical parameters averaged after the step take local steps: scaled by their factor.
+    assert result["overlap_critical_ratios"] and result["overlap_noncritical_ratios"]
+    for name, ratio in result["overlap_critical_ratios"].items():
+        assert ratio == pytest.approx(result["critical_scale"], rel=1e-4), name
+    for name, ratio in result["overlap_noncritical_ratios"].items():
         assert ratio == pytest.approx(result["scale"], rel=1e-4), name
 
 
@@ -446,6 +455,23 @@ def test_late_critical_gives_the_optimizer_the_previous_steps_average_on_every_r
     # identical; the rest differ until synchronize().
     assert result["critical_equal"] is True
     assert result["noncritical_equal_before_sync"] is False
+    assert result["all_equal_after_sync"] is True
+
+
+def test_overlap_critical_averages_critical_parameters_after_the_step(tmp_path: Path) -> None:
+    result = run_check("overlap_critical", tmp_path)
+    # Warm-up averages gradients; from the first selective step no gradient is averaged in
+    # backward (each rank's own differs from the other's).
+    assert result["warmup_grad_same"] is True
+    assert result["selective_grads_local"] == [True] * 7
+    # Each step's critical parameters are the replicas' mean of the step before plus the
+    # rank's own SGD step, to fp32 rounding: far under one local step.
+    assert result["max_error"] < 1e-5
+    assert result["max_error"] < result["min_local_step"] / 100
+    assert result["replicas_differ"] is True
+    # AdamW, bf16: training goes on; replicas differ until synchronize() makes them equal.
+    assert result["losses_finite"] is True
+    assert result["equal_before_sync"] is False
     assert result["all_equal_after_sync"] is True
 
 

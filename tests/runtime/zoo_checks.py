@@ -189,10 +189,10 @@ def promised(run: Run) -> tuple[str, list[torch.Tensor]]:
     named = [(n, q) for n, q in run.ddp.module.named_parameters() if q.requires_grad]
     if run.strategy in ("plain", "full", "powersgd"):
         return "all", [q for _, q in named]
-    if run.strategy == "adaptive":
-        critical = run.session.strategy.critical_names
+    if run.strategy == "adaptive" and not run.session.strategy.state.overlap:
+        critical = run.session.strategy.critical_names  # their gradients averaged in backward
         return "critical", [q for n, q in named if n in critical]
-    return "nothing", []
+    return "nothing", []  # adaptive by default: critical replicas a local step apart
 
 
 def train(

@@ -65,8 +65,13 @@ class RuntimeConfig:
     # (critical gradients in blockwise int8, the rest in bf16), "auto" (default: bf16, and
     # critical gradients in int8 where that saves enough link time; strategies.Adaptive).
     compress: str = "auto"
-    # adaptive: apply each step's critical gradient average at the next step, so it crosses
-    # the link while that step computes (a gradient one step stale, identical on every rank).
+    # adaptive: average the critical parameters (not their gradients) after every step,
+    # overlapped with the next step and applied after it (as the non-critical ones every H
+    # steps), so no rank waits for the link in backward; replicas differ by their last local
+    # step. Off: critical gradients averaged in backward (replicas identical).
+    overlap_critical: bool = True
+    # adaptive, with overlap_critical off: apply each step's critical gradient average at the
+    # next step, so it crosses the link while that step computes (one step stale).
     late_critical: bool = False
     # adaptive: momentum on the periodic averages of the non-critical parameters (SlowMo: the
     # averaged movement plus this share of the previous averages' steps); 0: plain averaging.
@@ -154,6 +159,11 @@ class RuntimeConfig:
             )
         if self.probe_every < 0:
             raise ValueError(f"{_label('probe_every')} must be >= 0, got {self.probe_every}")
+        if self.late_critical and self.overlap_critical:
+            raise ValueError(
+                f"{_label('late_critical')} needs {_label('overlap_critical')} off: critical "
+                "gradients go one step late only where they are averaged as gradients"
+            )
         if self.critical is not None:
             try:
                 re.compile(self.critical)
@@ -212,6 +222,7 @@ class RuntimeConfig:
             "compress": _str(e, p.ENV_COMPRESS) or "auto",
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
             "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
+            "overlap_critical": _bool(e, p.ENV_OVERLAP_CRITICAL, default=True),
             "outer_momentum": _float(e, p.ENV_OUTER_MOMENTUM, 0.0),
             "promotion_budget": _float(e, p.ENV_PROMOTION_BUDGET, 0.0),
         }
@@ -250,6 +261,7 @@ FIELD_ENV: Mapping[str, str] = {
     "compress": p.ENV_COMPRESS,
     "deterministic": p.ENV_DETERMINISTIC,
     "late_critical": p.ENV_LATE_CRITICAL,
+    "overlap_critical": p.ENV_OVERLAP_CRITICAL,
     "outer_momentum": p.ENV_OUTER_MOMENTUM,
     "promotion_budget": p.ENV_PROMOTION_BUDGET,
 }
@@ -288,8 +300,8 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
-def _bool(env: Mapping[str, str], name: str) -> bool:
-    raw = (_str(env, name) or "0").lower()
+def _bool(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    raw = (_str(env, name) or ("1" if default else "0")).lower()
     if raw not in ("0", "1", "true", "false", "yes", "no"):
         raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no), got {raw!r}")
     return raw in ("1", "true", "yes")

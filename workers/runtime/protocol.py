@@ -79,6 +79,9 @@ ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
 # "1": adaptive applies each step's critical gradient average at the next step (one step
 # stale), so it crosses the link while that step computes.
 ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
+# "1" (the default): adaptive averages the critical parameters after every step, overlapped
+# with the next step; "0": their gradients in backward.
+ENV_OVERLAP_CRITICAL: Final = "SYNCLANE_OVERLAP_CRITICAL"
 # Momentum in [0, 1) on adaptive's periodic averages of the non-critical parameters (SlowMo);
 # 0 (the default): plain averages.
 ENV_OUTER_MOMENTUM: Final = "SYNCLANE_OUTER_MOMENTUM"

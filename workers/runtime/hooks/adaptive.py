@@ -19,7 +19,9 @@ a quarter of fp32's bytes), reduced by the engine's ``submit_quantized``; steps 
 average everything stay in the wire dtype.
 
 With ``late`` set (``late_critical``) the critical average of a step is applied at the next
-step instead, so backward never waits for the link (see ``_late_critical``).
+step instead, so backward never waits for the link (see ``_late_critical``). With
+``overlap`` set (``overlap_critical``, the default) nothing goes here outside ``sync_all``:
+the critical parameters are averaged after the optimizer step (``strategies.Adaptive``).
 """
 
 # No `from __future__ import annotations`: DDP checks hook annotations at runtime.
@@ -50,6 +52,7 @@ class SelectiveState:
         "sync_all",
         "grad_sq",
         "late",
+        "overlap",
         "exact",
         "quantize",
         "_slices",
@@ -68,6 +71,7 @@ class SelectiveState:
         self.sync_all = True
         self.grad_sq = 0.0
         self.late = False  # critical slices applied one step late (``_late_critical``)
+        self.overlap = False  # critical parameters averaged after the step: nothing goes here
         self.exact = False  # while sync_all: send fp32 rather than the wire format
         self.quantize = False  # otherwise: critical slices in blockwise int8
         self._slices: dict[int, tuple[int, list[tuple[int, int]]]] = {}
@@ -116,6 +120,10 @@ def selective_hook(state: SelectiveState, bucket: GradBucket) -> torch.futures.F
     """Average critical gradient slices globally; keep non-critical slices local."""
     buf = bucket.buffer()
     state.grad_sq += squared_norm(buf)
+    if state.overlap and not state.sync_all:
+        kept: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        kept.set_result(buf)  # every gradient stays local (the parameters are averaged)
+        return kept
     ranges = [(0, buf.numel())] if state.sync_all else state.slices(bucket)
     if state.late and not state.sync_all:
         return _late_critical(state, bucket, buf, ranges)

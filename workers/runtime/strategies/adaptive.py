@@ -87,6 +87,8 @@ BACKGROUND_CHUNK_S = 0.005
 CRITICAL_FUSE_S = 0.002
 # The key of the periodic averages' residual in ``Adaptive.delta_feedback``.
 DELTA_KEY = "noncritical"
+# The key of the critical parameters' per-step averages' residual (``overlap_critical``).
+CRITICAL_KEY = "critical"
 # Margin on the steps an average is expected to travel before it is applied (one applied
 # too early is waited for; one applied later is staler, which costs loss).
 LAG_MARGIN = 1.25
@@ -96,7 +98,13 @@ class Adaptive(Strategy):
     """Adaptive selective sync.
 
     * **Critical** parameters (attention projections by default, plus any promoted by
-      score) have their gradients averaged globally every step in the comm hook. A model with
+      score) are averaged every step. By default (``overlap_critical``) as parameters, off
+      the step's path: every gradient stays local in backward; after each optimizer step
+      their movement since their last average goes on the foreground engine (idle
+      otherwise; the lane yields to it) while the next step computes, and is applied after
+      that step's optimizer step (``_launch_critical``, ``_apply_critical``), keeping the
+      step made meanwhile: replicas differ by one local step. With ``overlap_critical``
+      off, their gradients are averaged in the comm hook instead (replicas identical). A model with
       no parameter matching the pattern gets a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
       ranks), up to ``critical_share`` of the bytes (``_choose_measured_critical``).
@@ -134,8 +142,9 @@ class Adaptive(Strategy):
       applying later, when the previous average had arrived, removed the waits but not the
       time, which the saturated CPU spent elsewhere, and cost 0.3-1% val loss from staler
       averages.)
-    * **Optimizer state**: critical parameters get identical gradients, so their optimizer
-      moments stay identical on all ranks. Non-critical parameters keep per-rank moments, as
+    * **Optimizer state**: with ``overlap_critical`` off, critical parameters get identical
+      gradients, so their optimizer moments stay identical on all ranks; by default every
+      parameter keeps per-rank moments. Non-critical parameters keep per-rank moments, as
       in torch's post-local-SGD: they are statistics of local gradients, and averaging them
       would double the averaging traffic. When a parameter is promoted, its optimizer state
       is averaged once (with the parameters), so critical replicas are identical from then on.
@@ -149,14 +158,18 @@ class Adaptive(Strategy):
       derived: n^0.8 reached full sync's loss sooner than sqrt(n) on four of the five
       benchmark models at 2 and at 4 ranks (docs/benchmarks.md); one reading is that each periodic average pulls a
       replica's own progress back toward the others', so its local steps must go further
-      than the noise argument alone asks. It needs the optimizer (passed to ``wrap``).
+      than the noise argument alone asks. Critical parameters averaged after every step
+      (``overlap_critical``) take sqrt(n) (``CRITICAL_STEP_EXPONENT``), the noise argument's
+      factor: n^0.8 ended 1.8% over full's loss on zoo:bn_mlp where sqrt(n) ended 3% under
+      it (docs/benchmarks.md). It needs the optimizer (passed to ``wrap``).
     * **Fusion of critical slices**: during selective sync the engine fuses consecutive
       buckets' critical slices until they are ``CRITICAL_FUSE_S`` of the agreed link's
       time (``critical_fuse_bytes``), so slices of a fraction of a ms of wire do not each
       pay a meeting of the ranks; the engine's fixed ``FUSE_BYTES`` with no known rate and
       in deterministic mode.
-    * **Late critical gradients** (``late_critical``, off by default): step t's critical
-      average is applied at step t+1, so backward does not wait for it (``hooks.adaptive``).
+    * **Late critical gradients** (``late_critical``, off by default; with
+      ``overlap_critical`` off): step t's critical gradient average is applied at step t+1,
+      so backward does not wait for it (``hooks.adaptive``).
     * **Outer momentum** (``outer_momentum`` beta, 0 by default): each average moves the
       synced copy by the mean delta plus beta times the previous average's step (SlowMo);
       each replica's parameters move by the same extra. Laid out as the deltas' residual,
@@ -174,7 +187,8 @@ class Adaptive(Strategy):
       (small models, fast links); the wire format otherwise, and with no known rate. The
       first two steps, decided before any step time is agreed, go in fp32: on a fast link
       adaptive's warm-up and fast-link mode then train exactly as ``full`` (2 ranks).
-    * **Format of the critical gradients** otherwise: the wire format; with ``compress``
+    * **Format of the critical gradients** otherwise (``overlap_critical`` off; the
+      critical parameters' movement goes in the wire format): the wire format; with ``compress``
       ``auto`` (the default) blockwise int8 instead (``compress.Int8Feedback``, about half
       of bf16's bytes) where that saves enough of a step's time on the link (from
       ``INT8_ABOVE`` until under ``INT8_BELOW``), decided each step from the agreed table;
@@ -197,7 +211,10 @@ class Adaptive(Strategy):
         self.optimizer = optimizer
         self.background = background or engine
         self.step_scale = local_step_scale(config, optimizer, self.world_size)
-        self._before_step: list[torch.Tensor] | None = None
+        self.critical_step_scale = local_step_scale(
+            config, optimizer, self.world_size, exponent=CRITICAL_STEP_EXPONENT
+        )
+        self._before_step: list[tuple[list[torch.Tensor], list[torch.Tensor], float]] | None = None
         self.fast_link = False  # syncing everything because the link is fast (see after_step)
         self.drift = DriftMonitor(threshold=config.drift_threshold, reporter=reporter)
         self.period = config.sync_period
@@ -216,6 +233,8 @@ class Adaptive(Strategy):
             engine=engine, critical=set(), feedback=ErrorFeedback(dtype)
         )
         self.state.late = config.late_critical
+        self.state.overlap = config.overlap_critical
+        self._critical_average: _CriticalAverage | None = None  # in flight (overlap_critical)
         self.state.set_quantize(config.compress == "int8")  # "auto": decided each step
         # The periodic averages' deltas go in the same wire format, with their own residual
         # (one, under DELTA_KEY, laid out as the non-critical set was at the last average).
@@ -272,7 +291,8 @@ class Adaptive(Strategy):
         self._set_sync_all(True)  # warm-up
         self.state.exact = self._fp32_is_cheap()
         self._snapshot()
-        if self.optimizer is not None and self.step_scale != 1.0:
+        scaled = self.step_scale != 1.0 or self.critical_step_scale != 1.0
+        if self.optimizer is not None and scaled:
             self.optimizer.register_step_pre_hook(lambda *_: self._remember_noncritical())
 
     def _speaks(self) -> bool:
@@ -280,12 +300,15 @@ class Adaptive(Strategy):
         return self.engine.rank == self.config.metrics_rank
 
     def synced_grad_ids(self) -> set[int] | None:
-        return None if self.state.sync_all else self._ids(self.critical_names)
+        if self.state.sync_all:
+            return None
+        return set() if self.state.overlap else self._ids(self.critical_names)
 
     # ------------------------------------------------------------ per step
 
     def prepare(self, step: int) -> None:
         self._scale_local_step()
+        self._apply_critical()
         if self._pending is not None and step >= self._pending.apply_at:
             self._apply_pending()
         # Whether this step's drift (measured next) is of parameters an average in flight
@@ -328,6 +351,8 @@ class Adaptive(Strategy):
         self.state.exact = self.state.sync_all and self._fp32_is_cheap()
         if self.config.compress == "auto":
             self.state.set_quantize(self._int8_pays())
+        if self.state.overlap and not self.state.sync_all:
+            self._launch_critical()
         return figures
 
     def _agree_rate(self, rows: list[list[float]]) -> None:
@@ -378,6 +403,7 @@ class Adaptive(Strategy):
         if share is not None and share < FULL_SYNC_BELOW and self.optimizer is not None:
             # Full sync costs little on this link now: selective sync would buy nothing.
             # Make replicas and their optimizer moments identical, then sync everything.
+            self._apply_critical()
             self._apply_pending()
             self._average_optimizer_state({n for n, _ in self.named})
             self._snapshot()
@@ -402,6 +428,7 @@ class Adaptive(Strategy):
         return self._figures()
 
     def synchronize(self) -> None:
+        self._apply_critical()
         self._apply_pending()
         average(self.engine, [q for _, q in self.named])
         self._snapshot()
@@ -584,7 +611,7 @@ class Adaptive(Strategy):
         time int8 would save, as a share of a step, is at least ``INT8_ABOVE`` (or, while
         they already go in int8, ``INT8_BELOW``). False with no known rate or timing, and
         while everything is averaged."""
-        if self.state.sync_all:
+        if self.state.sync_all or self.state.overlap:
             return False
         link = self._link_seconds()
         if link is None:
@@ -593,20 +620,28 @@ class Adaptive(Strategy):
         return saved >= (INT8_BELOW if self.state.quantize else INT8_ABOVE) * link.step
 
     def _remember_noncritical(self) -> None:
-        """Optimizer pre-step hook: keep the non-critical parameters' values before the step."""
+        """Optimizer pre-step hook: keep the values before the step of the parameters that
+        take local steps (the non-critical ones; the critical ones too with
+        ``overlap_critical``), with the factor on each group's step."""
         if self.state.sync_all:
             self._before_step = None
             return
-        self._before_step = [q.detach().clone() for q in self.noncritical_params()]
+        groups = [(self.noncritical_params(), self.step_scale)]
+        if self.state.overlap:
+            critical: list[torch.Tensor] = [q for n, q in self.named if n in self.critical_names]
+            groups.append((critical, self.critical_step_scale))
+        self._before_step = [
+            (params, [q.detach().clone() for q in params], scale)
+            for params, scale in groups
+            if params and scale != 1.0
+        ]
 
     def _scale_local_step(self) -> None:
-        """Scale the step the optimizer just took on each non-critical parameter."""
-        before, self._before_step = self._before_step, None
-        if before is None:
-            return
-        params = self.noncritical_params()
-        with torch.no_grad():  # before + scale x (after - before), in one fused call
-            torch._foreach_lerp_(params, before, 1.0 - self.step_scale)
+        """Scale the step the optimizer just took on each locally stepped parameter."""
+        remembered, self._before_step = self._before_step, None
+        with torch.no_grad():  # before + scale x (after - before), one fused call a group
+            for params, before, scale in remembered or ():
+                torch._foreach_lerp_(params, before, 1.0 - scale)
 
     def _lag(self) -> int:
         """Steps the average may travel before it is applied (see the class docstring)."""
@@ -661,6 +696,38 @@ class Adaptive(Strategy):
             fut, delta, base, names, scored, apply_at=step + lag, moved=moved_total
         )
         self.last_sync_step = step
+
+    def _launch_critical(self) -> None:
+        """Start averaging the critical parameters on the foreground engine (idle in
+        backward with ``overlap_critical``; the lane yields to it), applied after the next
+        step by ``_apply_critical``: as ``_launch_sync`` with a lag of one step, every step."""
+        names = [n for n, _ in self.named if n in self.critical_names]
+        if not names:
+            return
+        base = flat([self.synced[n] for n in names])
+        delta = flat([self.by_name[n] for n in names]).sub_(base)
+        wire = self.delta_feedback.compress(CRITICAL_KEY, delta, scale=1.0 / self.world_size)
+        fut = self.engine.submit(wire, flush=True)
+        self._critical_average = _CriticalAverage(fut, delta, base, names)
+
+    def _apply_critical(self) -> None:
+        """Move each critical parameter by (mean delta - own delta) of the average in
+        flight, keeping the local step made since; the mean is the new synced copy."""
+        pending, self._critical_average = self._critical_average, None
+        if pending is None:
+            return
+        mean_delta = pending.future.wait()
+        average = pending.base.add_(mean_delta)
+        apart_by = pending.delta.sub_(mean_delta)
+        params: list[torch.Tensor] = [self.by_name[n] for n in pending.names]
+        sizes = [q.numel() for q in params]
+        with torch.no_grad():
+            steps = [
+                d.view_as(q) for d, q in zip(torch.split(apart_by, sizes), params, strict=True)
+            ]
+            torch._foreach_sub_(params, steps)
+        for name, synced in zip(pending.names, torch.split(average, sizes), strict=True):
+            self.synced[name] = synced
 
     def _keep_residuals(self, layout: list[tuple[str, int]]) -> None:
         """Lay the deltas' residual out as ``layout`` (the non-critical set's names and sizes,
@@ -803,6 +870,13 @@ class _LinkSeconds(NamedTuple):
     per_byte: float
 
 
+class _CriticalAverage(NamedTuple):
+    future: torch.futures.Future[torch.Tensor]
+    delta: torch.Tensor  # params - base, this replica's (fp32, this object's own)
+    base: torch.Tensor  # the critical parameters' last average (the same on every rank)
+    names: list[str]
+
+
 class _PendingAverage(NamedTuple):
     future: torch.futures.Future[torch.Tensor]
     delta: torch.Tensor  # snapshot - base: this replica's movement (fp32, this object's own)
@@ -826,6 +900,9 @@ _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
 )
 # Default local step scale under those optimizers: world size to this power (see Adaptive).
 LOCAL_STEP_EXPONENT = 0.8
+# With ``overlap_critical`` the critical parameters take local steps too, averaged after
+# every step: world size to this power (see Adaptive).
+CRITICAL_STEP_EXPONENT = 0.5
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
@@ -876,11 +953,16 @@ def _norm_of(norms: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> float:
 
 
 def local_step_scale(
-    config: RuntimeConfig, optimizer: torch.optim.Optimizer | None, world_size: int
+    config: RuntimeConfig,
+    optimizer: torch.optim.Optimizer | None,
+    world_size: int,
+    *,
+    exponent: float | None = None,
 ) -> float:
-    """The factor on non-critical local steps: the configured one, else n^0.8 or 1."""
+    """The factor on local steps: the configured one, else n^exponent (non-critical
+    parameters: ``LOCAL_STEP_EXPONENT``) under second-moment optimizers, 1 otherwise."""
     if config.local_step_scale is not None:
         return config.local_step_scale
     if isinstance(optimizer, _SECOND_MOMENT_OPTIMIZERS):
-        return math.pow(world_size, LOCAL_STEP_EXPONENT)
+        return math.pow(world_size, LOCAL_STEP_EXPONENT if exponent is None else exponent)
     return 1.0
