@@ -109,7 +109,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-fuse16k": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_FUSE_S": 0.0, **GRAD}),
     # Parameters promoted by score into 10% of the parameter bytes (the default before:
     # none); drift alarms as by default.
-    "adaptive-promote": ("adaptive", {"promotion_budget": 0.1}),
+    "adaptive-promote": ("adaptive", {"promotion_budget": 0.1, **GRAD}),
     # A shorter initial sync period (default 8; AdaComm shrinks it as the loss falls).
     "adaptive-h4": ("adaptive", {"sync_period": 4}),
     "adaptive-h16": ("adaptive", {"sync_period": 16}),  # and a longer one

@@ -93,6 +93,10 @@ def test_overrides_win_over_the_environment() -> None:
             {p.ENV_LATE_CRITICAL: "1"},  # with the default overlap
             "SYNCLANE_LATE_CRITICAL needs SYNCLANE_OVERLAP_CRITICAL off",
         ),
+        (
+            {p.ENV_PROMOTION_BUDGET: "0.1"},  # with the default overlap
+            "SYNCLANE_PROMOTION_BUDGET needs SYNCLANE_OVERLAP_CRITICAL off",
+        ),
     ],
 )
 def test_it_rejects_invalid_settings_naming_the_variable_the_user_set(

@@ -76,8 +76,8 @@ class RuntimeConfig:
     # adaptive: momentum on the periodic averages of the non-critical parameters (SlowMo: the
     # averaged movement plus this share of the previous averages' steps); 0: plain averaging.
     outer_momentum: float = 0.0
-    # adaptive: share of the parameter bytes that non-critical parameters moving fast may be
-    # promoted into (synced every step); 0: none. Off by default: no measurement showed it
+    # adaptive (with overlap_critical off): share of the parameter bytes that non-critical
+    # parameters moving fast may be promoted into (synced every step); 0: none. Off by default: no measurement showed it
     # paying (docs/benchmarks.md), and 0.1 sent 5.6% of tiny_gpt's parameters more a step.
     promotion_budget: float = 0.0
     # adaptive decides on a fixed schedule (no timing input): reproducible for a fixed seed.
@@ -159,6 +159,11 @@ class RuntimeConfig:
             )
         if self.probe_every < 0:
             raise ValueError(f"{_label('probe_every')} must be >= 0, got {self.probe_every}")
+        if self.promotion_budget and self.overlap_critical:
+            raise ValueError(
+                f"{_label('promotion_budget')} needs {_label('overlap_critical')} off: a "
+                "parameter is promoted into the critical set whose gradients are averaged"
+            )
         if self.late_critical and self.overlap_critical:
             raise ValueError(
                 f"{_label('late_critical')} needs {_label('overlap_critical')} off: critical "
