@@ -719,14 +719,20 @@ class Adaptive(Strategy):
         mean_delta = pending.future.wait()
         average = pending.base.add_(mean_delta)
         apart_by = pending.delta.sub_(mean_delta)
-        params: list[torch.Tensor] = [self.by_name[n] for n in pending.names]
+        self._rebase(pending.names, apart_by, average)
+
+    def _rebase(self, names: list[str], apart_by: torch.Tensor, average: torch.Tensor) -> None:
+        """Move each named parameter by minus its part of ``apart_by`` (its snapshot's
+        distance from the average: the progress made since is kept) and take its part of
+        ``average`` as its synced copy (views of one tensor, never written to)."""
+        params: list[torch.Tensor] = [self.by_name[n] for n in names]
         sizes = [q.numel() for q in params]
         with torch.no_grad():
             steps = [
                 d.view_as(q) for d, q in zip(torch.split(apart_by, sizes), params, strict=True)
             ]
             torch._foreach_sub_(params, steps)
-        for name, synced in zip(pending.names, torch.split(average, sizes), strict=True):
+        for name, synced in zip(names, torch.split(average, sizes), strict=True):
             self.synced[name] = synced
 
     def _keep_residuals(self, layout: list[tuple[str, int]]) -> None:
@@ -769,15 +775,7 @@ class Adaptive(Strategy):
             average.add_(extra)
             apart_by.sub_(extra)
             extra.add_(mean_delta)  # the momentum is now this average's whole step
-        params: list[torch.Tensor] = [self.by_name[name] for name in names]
-        sizes = [q.numel() for q in params]
-        with torch.no_grad():
-            steps = [
-                d.view_as(q) for d, q in zip(torch.split(apart_by, sizes), params, strict=True)
-            ]
-            torch._foreach_sub_(params, steps)
-        for name, synced in zip(names, torch.split(average, sizes), strict=True):
-            self.synced[name] = synced  # views of one tensor, never written to
+        self._rebase(names, apart_by, average)
         for name, score in zip(pending.scored, reduced[n:].tolist(), strict=True):
             self.scores[name] = score
         self._reclassify()
