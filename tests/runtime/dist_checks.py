@@ -447,6 +447,9 @@ def check_local_step_scale() -> dict[str, Any]:
     """
     deltas: dict[str, dict[str, torch.Tensor]] = {}
     scales: dict[str, tuple[float, float]] = {}
+    # The learning rate the optimizer stepped with at step 2 (a pre-step hook registered
+    # after wrap's runs after adaptive's), and the one its group holds after the step.
+    lrs: dict[str, tuple[float, float]] = {}
     runs = [
         (f"{mode}_{name}", overlap, scale)
         for mode, overlap in (("grad", False), ("overlap", True))
@@ -464,7 +467,12 @@ def check_local_step_scale() -> dict[str, Any]:
         )
         train_one(model, opt, 1)
         before = {n: q.detach().clone() for n, q in model.module.named_parameters()}
+        stepped_with: list[float] = []
+        opt.register_step_pre_hook(
+            lambda o, *_, seen=stepped_with: seen.append(o.param_groups[0]["lr"])
+        )
         train_one(model, opt, 2)
+        lrs[name] = (stepped_with[0], opt.param_groups[0]["lr"])
         deltas[name] = {n: q.detach() - before[n] for n, q in model.module.named_parameters()}
         strategy = model.session.strategy
         scales[name] = (strategy.step_scale, strategy.critical_step_scale)  # type: ignore[attr-defined]
@@ -488,6 +496,12 @@ def check_local_step_scale() -> dict[str, Any]:
         "noncritical_ratios": ratios("grad", critical=False),
         "overlap_noncritical_ratios": ratios("overlap", critical=False),
         "overlap_critical_ratios": ratios("overlap", critical=True),
+        "lr": opt.defaults["lr"],
+        "lrs": lrs,
+        "critical_numel": sum(
+            q.numel() for n, q in Net().named_parameters() if n.startswith("attn.")
+        ),
+        "numel": sum(q.numel() for q in Net().parameters()),
         "sgd_scale": local_step_scale(
             base_cfg(sync="adaptive"), torch.optim.SGD(Net().parameters(), lr=0.1), 2
         ),
@@ -963,15 +977,16 @@ def check_late_critical() -> dict[str, Any]:
 
 
 def check_overlap_critical() -> dict[str, Any]:
-    """adaptive with ``overlap_critical``: no gradient is averaged in backward; after each
-    step a critical parameter is the replicas' mean of the step before plus this rank's
-    own local step.
+    """adaptive with ``overlap_critical``: no gradient is averaged in backward; after a step
+    that follows an average's start a critical parameter is the replicas' mean of the step
+    before plus this rank's own local step.
 
-    SGD (its local steps are not scaled) and fp32 on the wire: with s_t this rank's critical
-    parameters after step t's optimizer step (the snapshot that is averaged meanwhile) and
-    g this rank's gradient of step t + 1, every rank must hold s_{t+1} = mean(s_t) - lr g
-    after step t + 1. Then AdamW with bf16: training goes on, the replicas differ by their
-    last local steps, and synchronize() makes them identical.
+    SGD (its local steps are not scaled) and fp32 on the wire, the default period P (2):
+    with s_t this rank's critical parameters after step t's optimizer step (the snapshot
+    averaged meanwhile when P divides t) and g this rank's gradient of step t + 1, every
+    rank must hold s_{t+1} = mean(s_t) - lr g after step t + 1 where P divides t, and
+    s_t - lr g (a local step only) otherwise. Then AdamW with bf16: training goes on, the
+    replicas differ by their last local steps, and synchronize() makes them identical.
     """
     rank, world, lr = dist.get_rank(), dist.get_world_size(), 0.05
     torch.manual_seed(0)
@@ -979,6 +994,7 @@ def check_overlap_critical() -> dict[str, Any]:
     opt: torch.optim.Optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     cfg = base_cfg(sync="adaptive", warmup_steps=1, compress="none", overlap_critical=True)
     model = wrap(net, optimizer=opt, config=cfg, reporter=Reporter(rank=rank))
+    period = model.session.strategy.critical_period  # type: ignore[attr-defined]
     grads: list[torch.Tensor] = []
     snaps: list[torch.Tensor] = []
     for step in range(1, 9):
@@ -989,14 +1005,19 @@ def check_overlap_critical() -> dict[str, Any]:
         opt.step()
         snaps.append(torch.cat([q.detach().reshape(-1) for q in net.attn.parameters()]))
     model.session.close()
-    errors, local_steps = [], []
+    errors, local_steps, averaged = [], [], []
     for t in range(1, 7):  # snaps[t] is after step t + 1: the first selective step is 2
-        mean = snaps[t - 1].clone()
-        dist.all_reduce(mean)
-        expected = mean.div_(world).sub_(grads[t], alpha=lr)
+        start = snaps[t - 1].clone()  # after step t
+        if t % period == 0:  # an average of it started after step t
+            dist.all_reduce(start)
+            start.div_(world)
+            averaged.append(t)
+        expected = start.sub_(grads[t], alpha=lr)
         errors.append(float((snaps[t] - expected).abs().max()))
         local_steps.append(float(grads[t].abs().max()) * lr)
     out: dict[str, Any] = {
+        "period": period,
+        "averaged_after": averaged,
         "warmup_grad_same": same_on_all_ranks([grads[0]]),
         "selective_grads_local": [not same_on_all_ranks([g]) for g in grads[1:]],
         "max_error": max(errors),

@@ -53,6 +53,9 @@ def test_it_reads_the_supervisor_environment() -> None:
     # Unset, critical parameters are averaged after the step (a default of 1, not 0).
     default = RuntimeConfig.from_env({})
     assert (default.overlap_critical, default.late_critical) == (True, False)
+    # The critical averages' period: unset, the strategy's default; set, read as given.
+    assert default.critical_period is None
+    assert RuntimeConfig.from_env({p.ENV_CRITICAL_PERIOD: "3"}).critical_period == 3
 
 
 def test_overrides_win_over_the_environment() -> None:
@@ -89,6 +92,12 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_BUCKET_CAP_MB: "-2"}, "SYNCLANE_BUCKET_CAP_MB must be > 0"),
         ({p.ENV_PROBE_EVERY: "-1"}, "SYNCLANE_PROBE_EVERY must be >= 0"),
         ({p.ENV_OVERLAP_CRITICAL: "maybe"}, "SYNCLANE_OVERLAP_CRITICAL must be 1 or 0"),
+        ({p.ENV_CRITICAL_PERIOD: "0"}, "SYNCLANE_CRITICAL_PERIOD must be >= 1, got 0"),
+        ({p.ENV_CRITICAL_PERIOD: "two"}, "SYNCLANE_CRITICAL_PERIOD must be an integer"),
+        (
+            {p.ENV_CRITICAL_PERIOD: "1", p.ENV_OVERLAP_CRITICAL: "0"},
+            "SYNCLANE_CRITICAL_PERIOD needs SYNCLANE_OVERLAP_CRITICAL on",
+        ),
         (
             {p.ENV_LATE_CRITICAL: "1"},  # with the default overlap
             "SYNCLANE_LATE_CRITICAL needs SYNCLANE_OVERLAP_CRITICAL off",

@@ -117,6 +117,15 @@ def test_adaptive_scales_the_local_steps_of_parameters_that_take_them(tmp_path: 
         assert ratio == pytest.approx(result["critical_scale"], rel=1e-4), name
     for name, ratio in result["overlap_noncritical_ratios"].items():
         assert ratio == pytest.approx(result["scale"], rel=1e-4), name
+    # Every parameter takes a scaled local step (AdamW, overlap): the step was taken with the
+    # learning rate times the factor of the larger set, the other set interpolated; the
+    # group's own learning rate is back after the step. With critical gradients averaged
+    # in backward (unscaled critical steps) the learning rate is left alone.
+    lr = result["lr"]
+    larger = "critical_scale" if 2 * result["critical_numel"] > result["numel"] else "scale"
+    assert result["lrs"]["overlap_auto"] == pytest.approx([lr * result[larger], lr])
+    for name in ("overlap_unscaled", "grad_auto", "grad_unscaled"):
+        assert result["lrs"][name] == [lr, lr], name
 
 
 def test_background_averages_yield_the_link_to_gradients(tmp_path: Path) -> None:
@@ -464,8 +473,12 @@ def test_overlap_critical_averages_critical_parameters_after_the_step(tmp_path: 
     # backward (each rank's own differs from the other's).
     assert result["warmup_grad_same"] is True
     assert result["selective_grads_local"] == [True] * 7
-    # Each step's critical parameters are the replicas' mean of the step before plus the
-    # rank's own SGD step, to fp32 rounding: far under one local step.
+    # By default the critical parameters are averaged every second step: after steps 2, 4
+    # and 6 (of the steps checked, 1-6). A step after one of those starts from the replicas'
+    # mean plus the rank's own SGD step, the others from the rank's own values, to fp32
+    # rounding: far under one local step.
+    assert result["period"] == 2
+    assert result["averaged_after"] == [2, 4, 6]
     assert result["max_error"] < 1e-5
     assert result["max_error"] < result["min_local_step"] / 100
     assert result["replicas_differ"] is True

@@ -70,6 +70,10 @@ class RuntimeConfig:
     # steps), so no rank waits for the link in backward; replicas differ by their last local
     # step. Off: critical gradients averaged in backward (replicas identical).
     overlap_critical: bool = True
+    # adaptive, with overlap_critical: steps between the critical parameters' averages
+    # (each still overlapped with the next step); None: CRITICAL_PERIOD (2) in
+    # strategies.Adaptive.
+    critical_period: int | None = None
     # adaptive, with overlap_critical off: apply each step's critical gradient average at the
     # next step, so it crosses the link while that step computes (one step stale).
     late_critical: bool = False
@@ -164,6 +168,16 @@ class RuntimeConfig:
                 f"{_label('promotion_budget')} needs {_label('overlap_critical')} off: a "
                 "parameter is promoted into the critical set whose gradients are averaged"
             )
+        if self.critical_period is not None:
+            if self.critical_period < 1:
+                raise ValueError(
+                    f"{_label('critical_period')} must be >= 1, got {self.critical_period}"
+                )
+            if not self.overlap_critical:
+                raise ValueError(
+                    f"{_label('critical_period')} needs {_label('overlap_critical')} on: "
+                    "with it off critical gradients are averaged in every backward"
+                )
         if self.late_critical and self.overlap_critical:
             raise ValueError(
                 f"{_label('late_critical')} needs {_label('overlap_critical')} off: critical "
@@ -228,6 +242,7 @@ class RuntimeConfig:
             "deterministic": _bool(e, p.ENV_DETERMINISTIC),
             "late_critical": _bool(e, p.ENV_LATE_CRITICAL),
             "overlap_critical": _bool(e, p.ENV_OVERLAP_CRITICAL, default=True),
+            "critical_period": _int_or_none(e, p.ENV_CRITICAL_PERIOD),
             "outer_momentum": _float(e, p.ENV_OUTER_MOMENTUM, 0.0),
             "promotion_budget": _float(e, p.ENV_PROMOTION_BUDGET, 0.0),
         }
@@ -267,6 +282,7 @@ FIELD_ENV: Mapping[str, str] = {
     "deterministic": p.ENV_DETERMINISTIC,
     "late_critical": p.ENV_LATE_CRITICAL,
     "overlap_critical": p.ENV_OVERLAP_CRITICAL,
+    "critical_period": p.ENV_CRITICAL_PERIOD,
     "outer_momentum": p.ENV_OUTER_MOMENTUM,
     "promotion_budget": p.ENV_PROMOTION_BUDGET,
 }
@@ -303,6 +319,10 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _int_or_none(env: Mapping[str, str], name: str) -> int | None:
+    return None if _str(env, name) is None else _int(env, name, 0)
 
 
 def _bool(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:

@@ -215,6 +215,7 @@ class Adaptive(Strategy):
             config, optimizer, self.world_size, exponent=CRITICAL_STEP_EXPONENT
         )
         self._before_step: list[tuple[list[torch.Tensor], list[torch.Tensor], float]] | None = None
+        self._saved_lrs: list[float] | None = None  # the groups' own lrs, while scaled for a step
         self.fast_link = False  # syncing everything because the link is fast (see after_step)
         self.drift = DriftMonitor(threshold=config.drift_threshold, reporter=reporter)
         self.period = config.sync_period
@@ -235,6 +236,7 @@ class Adaptive(Strategy):
         self.state.late = config.late_critical
         self.state.overlap = config.overlap_critical
         self._critical_average: _CriticalAverage | None = None  # in flight (overlap_critical)
+        self.critical_period = config.critical_period or CRITICAL_PERIOD  # steps between them
         self.state.set_quantize(config.compress == "int8")  # "auto": decided each step
         # The periodic averages' deltas go in the same wire format, with their own residual
         # (one, under DELTA_KEY, laid out as the non-critical set was at the last average).
@@ -293,7 +295,7 @@ class Adaptive(Strategy):
         self._snapshot()
         scaled = self.step_scale != 1.0 or self.critical_step_scale != 1.0
         if self.optimizer is not None and scaled:
-            self.optimizer.register_step_pre_hook(lambda *_: self._remember_noncritical())
+            self.optimizer.register_step_pre_hook(lambda *_: self._before_optimizer_step())
 
     def _speaks(self) -> bool:
         """Whether this rank writes warnings (the metrics rank: ranks decide alike)."""
@@ -351,7 +353,7 @@ class Adaptive(Strategy):
         self.state.exact = self.state.sync_all and self._fp32_is_cheap()
         if self.config.compress == "auto":
             self.state.set_quantize(self._int8_pays())
-        if self.state.overlap and not self.state.sync_all:
+        if self.state.overlap and not self.state.sync_all and step % self.critical_period == 0:
             self._launch_critical()
         return figures
 
@@ -619,10 +621,19 @@ class Adaptive(Strategy):
         saved = self._critical_bytes() * (self.wire_share - INT8_SHARE) * link.per_byte
         return saved >= (INT8_BELOW if self.state.quantize else INT8_ABOVE) * link.step
 
-    def _remember_noncritical(self) -> None:
-        """Optimizer pre-step hook: keep the values before the step of the parameters that
-        take local steps (the non-critical ones; the critical ones too with
-        ``overlap_critical``), with the factor on each group's step."""
+    def _before_optimizer_step(self) -> None:
+        """Optimizer pre-step hook: arrange for each locally stepped parameter's step (the
+        non-critical ones; the critical ones too with ``overlap_critical``) to be scaled by
+        its factor.
+
+        Where every parameter the optimizer steps is locally stepped and the step is linear
+        in the learning rate (``_lr_factor``), every group's learning rate is multiplied for
+        this one step by the factor of the most parameter elements (``_scale_local_step``
+        puts it back), and only the other parameters' values are kept, to be corrected by
+        their factor's ratio to it: cloning and interpolating every parameter cost
+        tiny_gpt's step 0.2-0.4 ms. Otherwise the scaled parameters' values are kept.
+        """
+        self._restore_lrs()  # a step that raised left them scaled
         if self.state.sync_all:
             self._before_step = None
             return
@@ -630,25 +641,54 @@ class Adaptive(Strategy):
         if self.state.overlap:
             critical: list[torch.Tensor] = [q for n, q in self.named if n in self.critical_names]
             groups.append((critical, self.critical_step_scale))
+        factor = self._lr_factor(groups)
+        if factor != 1.0:
+            assert self.optimizer is not None  # _lr_factor is 1 without one
+            self._saved_lrs = [g["lr"] for g in self.optimizer.param_groups]
+            for g in self.optimizer.param_groups:
+                g["lr"] = g["lr"] * factor
         self._before_step = [
-            (params, [q.detach().clone() for q in params], scale)
+            (params, [q.detach().clone() for q in params], scale / factor)
             for params, scale in groups
-            if params and scale != 1.0
+            if params and scale != factor
         ]
 
+    def _lr_factor(self, groups: list[tuple[list[torch.Tensor], float]]) -> float:
+        """The factor on every learning rate for the next step: the scale of the group with
+        the most elements, where the optimizer's step is linear in its (float) learning
+        rate and every parameter it will step is in a group; else 1."""
+        optimizer = self.optimizer
+        if optimizer is None or type(optimizer) not in _LR_LINEAR:
+            return 1.0
+        if any(isinstance(g["lr"], torch.Tensor) for g in optimizer.param_groups):
+            return 1.0  # a tensor lr (capturable, fused) is read in place: leave it
+        grouped = {id(q) for params, _ in groups for q in params}
+        stepped = (q for g in optimizer.param_groups for q in g["params"] if q.grad is not None)
+        if any(id(q) not in grouped for q in stepped):
+            return 1.0  # its step must stay as the optimizer takes it
+        return max(groups, key=lambda group: sum(q.numel() for q in group[0]))[1]
+
+    def _restore_lrs(self) -> None:
+        saved, self._saved_lrs = self._saved_lrs, None
+        if saved is not None and self.optimizer is not None:
+            for g, lr in zip(self.optimizer.param_groups, saved, strict=True):
+                g["lr"] = lr
+
     def _scale_local_step(self) -> None:
-        """Scale the step the optimizer just took on each locally stepped parameter."""
+        """Put the learning rates back and scale the step the optimizer just took on each
+        parameter whose factor the learning rate did not carry."""
+        self._restore_lrs()
         remembered, self._before_step = self._before_step, None
-        with torch.no_grad():  # before + scale x (after - before), one fused call a group
-            for params, before, scale in remembered or ():
-                torch._foreach_lerp_(params, before, 1.0 - scale)
+        with torch.no_grad():  # before + ratio x (after - before), one fused call a group
+            for params, before, ratio in remembered or ():
+                torch._foreach_lerp_(params, before, 1.0 - ratio)
 
     def _lag(self) -> int:
         """Steps the average may travel before it is applied (see the class docstring)."""
         link = self._link_seconds()
         if link is None:
             return 1
-        idle_s = link.step - link.critical
+        idle_s = link.step - link.critical / (self.critical_period if self.state.overlap else 1)
         if idle_s <= 0:
             return self.period
         return int(min(self.period, max(1, math.ceil(LAG_MARGIN * link.noncritical / idle_s))))
@@ -896,11 +936,19 @@ _SECOND_MOMENT_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adagrad,
     torch.optim.Adadelta,
 )
+# Optimizers whose step is linear in the learning rate (weight decay included) and whose
+# state does not depend on it: a step taken with lr x f is the step with lr scaled by f.
+_LR_LINEAR: frozenset[type[torch.optim.Optimizer]] = frozenset(
+    {torch.optim.SGD, *_SECOND_MOMENT_OPTIMIZERS}
+)
 # Default local step scale under those optimizers: world size to this power (see Adaptive).
 LOCAL_STEP_EXPONENT = 0.8
 # With ``overlap_critical`` the critical parameters take local steps too, averaged after
 # every step: world size to this power (see Adaptive).
 CRITICAL_STEP_EXPONENT = 0.5
+# With ``overlap_critical``: steps between the critical parameters' averages, unless
+# ``critical_period`` is set (see Adaptive).
+CRITICAL_PERIOD = 2
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
