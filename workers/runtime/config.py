@@ -65,10 +65,11 @@ class RuntimeConfig:
     # (critical gradients in blockwise int8, the rest in bf16), "auto" (default: bf16, and
     # critical gradients in int8 where that saves enough link time; strategies.Adaptive).
     compress: str = "auto"
-    # adaptive: average the critical parameters (not their gradients) after every step,
-    # overlapped with the next step and applied after it (as the non-critical ones every H
-    # steps), so no rank waits for the link in backward; replicas differ by their last local
-    # step. Off: critical gradients averaged in backward (replicas identical).
+    # adaptive: average the critical parameters (not their gradients) after the step (every
+    # critical_period steps), overlapped with the next step and applied after it (as the
+    # non-critical ones every H steps), so no rank waits for the link in backward; replicas
+    # differ by their last local steps. Off: critical gradients averaged in backward
+    # (replicas identical).
     overlap_critical: bool = True
     # adaptive, with overlap_critical: steps between the critical parameters' averages
     # (each still overlapped with the next step); None: CRITICAL_PERIOD (2) in

@@ -79,8 +79,9 @@ ENV_DETERMINISTIC: Final = "SYNCLANE_DETERMINISTIC"
 # "1": adaptive applies each step's critical gradient average at the next step (one step
 # stale), so it crosses the link while that step computes.
 ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
-# "1" (the default): adaptive averages the critical parameters after every step, overlapped
-# with the next step; "0": their gradients in backward.
+# "1" (the default): adaptive averages the critical parameters after the step (every
+# SYNCLANE_CRITICAL_PERIOD steps), overlapped with the next step; "0": their gradients in
+# backward.
 ENV_OVERLAP_CRITICAL: Final = "SYNCLANE_OVERLAP_CRITICAL"
 # Steps between adaptive's averages of the critical parameters (with the above on); 2 unset.
 ENV_CRITICAL_PERIOD: Final = "SYNCLANE_CRITICAL_PERIOD"

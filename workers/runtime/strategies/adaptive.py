@@ -98,13 +98,17 @@ class Adaptive(Strategy):
     """Adaptive selective sync.
 
     * **Critical** parameters (attention projections by default, plus any promoted by
-      score) are averaged every step. By default (``overlap_critical``) as parameters, off
-      the step's path: every gradient stays local in backward; after each optimizer step
-      their movement since their last average goes on the foreground engine (idle
-      otherwise; the lane yields to it) while the next step computes, and is applied after
-      that step's optimizer step (``_launch_critical``, ``_apply_critical``), keeping the
-      step made meanwhile: replicas differ by one local step. With ``overlap_critical``
-      off, their gradients are averaged in the comm hook instead (replicas identical). A model with
+      score) are averaged every ``critical_period`` steps (``CRITICAL_PERIOD``, 2, unset).
+      By default (``overlap_critical``) as parameters, off the step's path: every gradient
+      stays local in backward; after every P-th optimizer step their movement since their
+      last average goes on the foreground engine (idle otherwise; the lane yields to it)
+      while the next step computes, and is applied after that step's optimizer step
+      (``_launch_critical``, ``_apply_critical``), keeping the step made meanwhile:
+      replicas differ by their local steps since. Every second step rather than every one
+      (measured, docs/benchmarks.md): each average costs the CPU and the ranks a meeting
+      that the 2-core benchmark machine's short steps feel, and the loss at the budget
+      stayed under full's. With ``overlap_critical`` off, their gradients are averaged in
+      the comm hook every step instead (replicas identical). A model with
       no parameter matching the pattern gets a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
       ranks), up to ``critical_share`` of the bytes (``_choose_measured_critical``).
@@ -158,10 +162,13 @@ class Adaptive(Strategy):
       derived: n^0.8 reached full sync's loss sooner than sqrt(n) on four of the five
       benchmark models at 2 and at 4 ranks (docs/benchmarks.md); one reading is that each periodic average pulls a
       replica's own progress back toward the others', so its local steps must go further
-      than the noise argument alone asks. Critical parameters averaged after every step
+      than the noise argument alone asks. Critical parameters averaged after the step
       (``overlap_critical``) take sqrt(n) (``CRITICAL_STEP_EXPONENT``), the noise argument's
       factor: n^0.8 ended 1.8% over full's loss on zoo:bn_mlp where sqrt(n) ended 3% under
-      it (docs/benchmarks.md). It needs the optimizer (passed to ``wrap``).
+      it, averaged every step (docs/benchmarks.md). It needs the optimizer (passed to
+      ``wrap``). Where the optimizer's step is linear in its learning rate, the factor
+      rides on the learning rate for the step (``_before_optimizer_step``): a pre-step
+      hook registered after ``wrap`` sees it scaled.
     * **Fusion of critical slices**: during selective sync the engine fuses consecutive
       buckets' critical slices until they are ``CRITICAL_FUSE_S`` of the agreed link's
       time (``critical_fuse_bytes``), so slices of a fraction of a ms of wire do not each
