@@ -152,10 +152,18 @@ def check_peers() -> dict[str, Any]:
     """powersgd and localsgd run, count bytes, and localsgd re-synchronises replicas."""
     out: dict[str, Any] = {}
     for strategy in ("full", "powersgd", "localsgd", "adaptive"):
-        # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16).
+        # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16);
+        # adaptive's critical parameters averaged after every step (by default every second),
+        # so every step carries one average.
+        every_step = {"critical_period": 1} if strategy == "adaptive" else {}
         model, opt = wrapped(
             base_cfg(
-                sync=strategy, warmup_steps=2, sync_period=3, drift_threshold=10.0, compress="none"
+                sync=strategy,
+                warmup_steps=2,
+                sync_period=3,
+                drift_threshold=10.0,
+                compress="none",
+                **every_step,
             )
         )
         per_step = []

@@ -87,7 +87,8 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     # Local SGD: only the tiny agreed table between averaging steps (every 3 after warm-up).
     local = result["localsgd"]["bytes"]
     assert local[3] < 1000 and local[4] < 1000 and local[5] >= full[0]
-    # Adaptive: critical gradients every step plus periodic parameter averaging.
+    # Adaptive: critical parameters every step (critical_period 1 here) plus periodic
+    # parameter averaging.
     # Here only attn.* (16.5k of 38k parameters) is critical, and H = 3 after warm-up.
     adaptive = result["adaptive"]["bytes"]
     assert adaptive[:2] == full[:2]  # warm-up: everything, every step

@@ -951,7 +951,7 @@ _LR_LINEAR: frozenset[type[torch.optim.Optimizer]] = frozenset(
 # Default local step scale under those optimizers: world size to this power (see Adaptive).
 LOCAL_STEP_EXPONENT = 0.8
 # With ``overlap_critical`` the critical parameters take local steps too, averaged after
-# every step: world size to this power (see Adaptive).
+# the step: world size to this power (see Adaptive).
 CRITICAL_STEP_EXPONENT = 0.5
 # With ``overlap_critical``: steps between the critical parameters' averages, unless
 # ``critical_period`` is set (see Adaptive).
