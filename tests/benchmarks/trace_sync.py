@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/trace_sync.py                      # tiny_gpt, adaptive, 2 ranks, 100 Mbit/s
     .venv/bin/python tests/benchmarks/trace_sync.py --sync full --world 4 --show 2
     .venv/bin/python tests/benchmarks/trace_sync.py --model zoo:bn_mlp --link 1350
+    .venv/bin/python tests/benchmarks/trace_sync.py --time strategy.local_drift --time session._agree
 
 A diagnostic, not a benchmark (``make bench`` does not run it): it launches a real ``torchrun``
 of this file, and on rank 0 records when forward, backward and the optimizer step (with the
@@ -16,7 +17,9 @@ Prints the mean phase times of steps with and without background traffic; how fa
 the ranks start each step's last gradient collective (every rank records it on the
 machine's monotonic clock, which all ranks share here) and how long it lasts from the first
 rank's start to the last rank's end; then the timeline of the last ``--show`` steps (ms
-from the step's start). docs/benchmarks.md quotes it.
+from the step's start). ``--time OBJ.METHOD`` (``session.`` or ``strategy.``, repeatable)
+also times each call of that method on rank 0 and prints its mean ms per step and per call:
+where the session's per-step work goes. docs/benchmarks.md quotes it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--set", action="append", default=[], metavar="SYNCLANE_X=V",
         help="a runtime setting for the ranks (repeatable), e.g. SYNCLANE_COMPRESS=none",
     )  # fmt: skip
+    ap.add_argument(
+        "--time", action="append", default=[], metavar="OBJ.METHOD",
+        help="time every call of session.X or strategy.X (repeatable)",
+    )  # fmt: skip
     ap.add_argument("--out", help=argparse.SUPPRESS)  # set by the launcher for the ranks
     return ap.parse_args(argv)
 
@@ -66,6 +73,7 @@ def launch(args: argparse.Namespace) -> tuple[list[list[Any]], list[dict[str, li
             "--nproc-per-node", str(args.world), __file__, "--model", args.model,
             "--sync", args.sync,
             "--steps", str(args.steps), "--out", str(out),
+            *(arg for name in args.time for arg in ("--time", name)),
         ]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
         if proc.returncode != 0:
@@ -168,6 +176,8 @@ def rank_main(args: argparse.Namespace) -> None:
         strategy._launch_sync = traced_launch
     if model.session.background is not None:
         watch(model.session.background, "bg")
+    for name in args.time:
+        time_calls(name, {"session": session, "strategy": strategy}, mark)
     for step in range(1, args.steps + 1):
         current[0] = step - 1
         mark("fwd")
@@ -183,6 +193,25 @@ def rank_main(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(events))
     Path(f"{args.out}.{rank}").write_text(json.dumps(arrivals))
     dist.destroy_process_group()
+
+
+def time_calls(name: str, objects: dict[str, Any], mark: Any) -> None:
+    """Wrap ``name`` (``session.X`` or ``strategy.X``) so each call marks "took NAME" with
+    its duration in microseconds."""
+    owner, _, attr = name.partition(".")
+    if owner not in objects or not hasattr(objects[owner], attr):
+        raise SystemExit(f"--time {name}: no such method (session.X or strategy.X)")
+    target = objects[owner]
+    method = getattr(target, attr)
+
+    def timed(*a: Any, **kw: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return method(*a, **kw)
+        finally:
+            mark(f"took {name}", round((time.perf_counter() - began) * 1e6))
+
+    setattr(target, attr, timed)
 
 
 def split_steps(events: list[list[Any]]) -> list[list[list[Any]]]:
@@ -224,11 +253,26 @@ def report(
     if every:
         print(f"mean step {statistics.mean(r[3] for r in every):.1f} ms")
     meeting(arrivals, args)
+    timed_calls(steps[args.skip :])
     for step in steps[-args.show :] if args.show else []:
         print("---")
         start = step[0][0]
         for t, kind, nbytes in step:
             print(f"{t - start:8.2f}  {kind:<10} {nbytes or ''}")
+
+
+def timed_calls(steps: list[list[list[Any]]]) -> None:
+    """Print the mean time per step and per call of each method named by ``--time``."""
+    took: dict[str, list[float]] = {}
+    for step in steps:
+        for _, kind, micros in step:
+            if kind.startswith("took "):
+                took.setdefault(kind[5:], []).append(micros / 1000)
+    for name, calls in sorted(took.items()):
+        print(
+            f"{name}: {sum(calls) / len(steps):.3f} ms per step, {len(calls)} calls, "
+            f"median {statistics.median(calls):.3f} ms, mean {statistics.mean(calls):.3f} ms"
+        )
 
 
 def meeting(arrivals: list[dict[str, list[float]]], args: argparse.Namespace) -> None:
