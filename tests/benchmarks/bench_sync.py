@@ -92,10 +92,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-late": ("adaptive", {**GRAD, "late_critical": True}),
     # Critical parameters' local steps scaled as the others' (n^0.8; default sqrt(n)).
     "adaptive-cexp8": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_STEP_EXPONENT": 0.8}),
-    # Critical parameters averaged after every step, every second step (the defaults
-    # before; default every third step), and every fourth.
+    # Critical parameters averaged after every step (the default before; default every
+    # second step), every third and every fourth (measured, not kept).
     "adaptive-cp1": ("adaptive", {"critical_period": 1}),
-    "adaptive-cp2": ("adaptive", {"critical_period": 2}),
+    "adaptive-cp3": ("adaptive", {"critical_period": 3}),
     "adaptive-cp4": ("adaptive", {"critical_period": 4}),
     # Slow momentum on the periodic averages (SlowMo, DiLoCo's outer optimizer).
     "adaptive-mom5": ("adaptive", {"outer_momentum": 0.5}),

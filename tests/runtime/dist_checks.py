@@ -153,7 +153,7 @@ def check_peers() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for strategy in ("full", "powersgd", "localsgd", "adaptive"):
         # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16);
-        # adaptive's critical parameters averaged after every step (by default every third),
+        # adaptive's critical parameters averaged after every step (by default every second),
         # so every step carries one average.
         every_step = {"critical_period": 1} if strategy == "adaptive" else {}
         model, opt = wrapped(
@@ -989,7 +989,7 @@ def check_overlap_critical() -> dict[str, Any]:
     that follows an average's start a critical parameter is the replicas' mean of the step
     before plus this rank's own local step.
 
-    SGD (its local steps are not scaled) and fp32 on the wire, the default period P (3):
+    SGD (its local steps are not scaled) and fp32 on the wire, the default period P (2):
     with s_t this rank's critical parameters after step t's optimizer step (the snapshot
     averaged meanwhile when P divides t) and g this rank's gradient of step t + 1, every
     rank must hold s_{t+1} = mean(s_t) - lr g after step t + 1 where P divides t, and

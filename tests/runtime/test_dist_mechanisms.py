@@ -474,12 +474,12 @@ def test_overlap_critical_averages_critical_parameters_after_the_step(tmp_path: 
     # backward (each rank's own differs from the other's).
     assert result["warmup_grad_same"] is True
     assert result["selective_grads_local"] == [True] * 7
-    # By default the critical parameters are averaged every third step: after steps 3 and 6
-    # (of the steps checked, 1-6). A step after one of those starts from the replicas'
+    # By default the critical parameters are averaged every second step: after steps 2, 4
+    # and 6 (of the steps checked, 1-6). A step after one of those starts from the replicas'
     # mean plus the rank's own SGD step, the others from the rank's own values, to fp32
     # rounding: far under one local step.
-    assert result["period"] == 3
-    assert result["averaged_after"] == [3, 6]
+    assert result["period"] == 2
+    assert result["averaged_after"] == [2, 4, 6]
     assert result["max_error"] < 1e-5
     assert result["max_error"] < result["min_local_step"] / 100
     assert result["replicas_differ"] is True

@@ -72,7 +72,7 @@ class RuntimeConfig:
     # (replicas identical).
     overlap_critical: bool = True
     # adaptive, with overlap_critical: steps between the critical parameters' averages
-    # (each still overlapped with the next step); None: CRITICAL_PERIOD (3) in
+    # (each still overlapped with the next step); None: CRITICAL_PERIOD (2) in
     # strategies.Adaptive.
     critical_period: int | None = None
     # adaptive, with overlap_critical off: apply each step's critical gradient average at the

@@ -83,7 +83,7 @@ ENV_LATE_CRITICAL: Final = "SYNCLANE_LATE_CRITICAL"
 # SYNCLANE_CRITICAL_PERIOD steps), overlapped with the next step; "0": their gradients in
 # backward.
 ENV_OVERLAP_CRITICAL: Final = "SYNCLANE_OVERLAP_CRITICAL"
-# Steps between adaptive's averages of the critical parameters (with the above on); 3 unset.
+# Steps between adaptive's averages of the critical parameters (with the above on); 2 unset.
 ENV_CRITICAL_PERIOD: Final = "SYNCLANE_CRITICAL_PERIOD"
 # Momentum in [0, 1) on adaptive's periodic averages of the non-critical parameters (SlowMo);
 # 0 (the default): plain averages.

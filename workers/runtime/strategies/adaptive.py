@@ -98,16 +98,16 @@ class Adaptive(Strategy):
     """Adaptive selective sync.
 
     * **Critical** parameters (attention projections by default, plus any promoted by
-      score) are averaged every ``critical_period`` steps (``CRITICAL_PERIOD``, 3, unset).
+      score) are averaged every ``critical_period`` steps (``CRITICAL_PERIOD``, 2, unset).
       By default (``overlap_critical``) as parameters, off the step's path: every gradient
       stays local in backward; after every P-th optimizer step their movement since their
       last average goes on the foreground engine (idle otherwise; the lane yields to it)
       while the next step computes, and is applied after that step's optimizer step
       (``_launch_critical``, ``_apply_critical``), keeping the step made meanwhile:
-      replicas differ by their local steps since. Every third step rather than every one
-      or every second (measured, docs/benchmarks.md): each average costs the CPU and the
-      ranks a meeting that the 2-core benchmark machine's short steps feel, and the loss
-      at the budget stayed under full's. With ``overlap_critical`` off, their gradients are averaged in
+      replicas differ by their local steps since. Every second step rather than every one
+      (measured, docs/benchmarks.md): each average costs the CPU and the ranks a meeting
+      that the 2-core benchmark machine's short steps feel, and the loss at the budget
+      stayed under full's. Every third step was measured too and not kept. With ``overlap_critical`` off, their gradients are averaged in
       the comm hook every step instead (replicas identical). A model with
       no parameter matching the pattern gets a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
@@ -955,12 +955,12 @@ LOCAL_STEP_EXPONENT = 0.8
 # the step: world size to this power (see Adaptive).
 CRITICAL_STEP_EXPONENT = 0.5
 # With ``overlap_critical``: steps between the critical parameters' averages, unless
-# ``critical_period`` is set (see Adaptive). 3 (2 before, 1 before that): in a paired
-# side run (seed regime, 2 ranks, seeds 0-1) every third step reached full's loss sooner
-# than every second on shapes_cnn (2.27x against 1.88x), tiny_gpt (2.61 / 2.52) and
-# zoo:rnn_lm (2.78 / 2.76), the same on topics_encoder and zoo:bn_mlp (within 0.03), the
-# loss at the budget as far under full's; every fourth step gained no more.
-CRITICAL_PERIOD = 3
+# ``critical_period`` is set (see Adaptive). 2 (1 before). Every third step was not kept:
+# in a record-sized run paired with every second step it reached full's loss sooner on
+# shapes_cnn (2.19x against 2.07x at 2 ranks) but later on topics_encoder (2.21x against
+# 2.39x), and at 4 ranks ended topics_encoder 8% over full's loss at the budget (every
+# second step: 1% under); docs/benchmarks.md.
+CRITICAL_PERIOD = 2
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
