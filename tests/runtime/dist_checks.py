@@ -181,6 +181,53 @@ def check_peers() -> dict[str, Any]:
     return out
 
 
+class DeadLayerNet(Net):
+    """``Net`` with a layer that never reaches the loss: its gradients are exactly zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead = nn.Linear(128, 128)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.embed(x))
+        h = h + torch.tanh(self.attn(h))
+        h = h + torch.tanh(self.mlp(h))
+        return F.cross_entropy(self.head(h + 0.0 * self.dead(h)), y)
+
+
+def check_powersgd_zero_gradients() -> dict[str, Any]:
+    """powersgd on a model with a layer whose gradients are all zero (a converged task or a
+    branch the loss does not use): its low-rank factors must not be normalised by a zero
+    norm (NaN in that layer, then in the loss)."""
+    torch.manual_seed(0)
+    net = DeadLayerNet()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    model = wrap(
+        net,
+        optimizer=opt,
+        config=base_cfg(sync="powersgd", warmup_steps=2),
+        reporter=Reporter(rank=dist.get_rank()),
+    )
+    losses, dead_grad_zero = [], []
+    for step in range(1, 7):
+        loss = model(*batch(dist.get_rank(), step))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad = net.dead.weight.grad
+        dead_grad_zero.append(grad is not None and not bool(grad.any()))
+        opt.step()
+        losses.append(float(loss))
+    params = list(net.parameters())
+    out = {
+        "losses": losses,
+        "dead_grad_zero": dead_grad_zero,
+        "params_finite": all(bool(torch.isfinite(q).all()) for q in params),
+        "replicas_equal": same_on_all_ranks(params),
+    }
+    model.session.close()
+    return out
+
+
 def train_one(
     model: nn.Module, opt: torch.optim.Optimizer, step: int, *, rank: int | None = None
 ) -> float:
@@ -1190,6 +1237,7 @@ CHECKS = {
     for f in (
         check_numerics,
         check_peers,
+        check_powersgd_zero_gradients,
         check_throttle,
         check_drift,
         check_fault,

@@ -7,6 +7,7 @@ launch them and assert on what rank 0 wrote.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -76,6 +77,16 @@ def test_full_sync_through_our_hook_matches_plain_ddp_and_adaptive_keeps_critica
     assert result["noncritical_differs"] is True
 
 
+def test_powersgd_stays_finite_where_a_layer_has_zero_gradients(tmp_path: Path) -> None:
+    result = run_check("powersgd_zero_gradients", tmp_path)
+    # The dead layer's gradient is exactly zero on every step, through warm-up (steps 1-2,
+    # plain all-reduce) and compression (3-6), and nothing turns into NaN.
+    assert result["dead_grad_zero"] == [True] * 6
+    assert all(math.isfinite(v) for v in result["losses"]), result["losses"]
+    assert result["params_finite"] is True
+    assert result["replicas_equal"] is True
+
+
 def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     result = run_check("peers", tmp_path)
     full = result["full"]["bytes"]
@@ -92,11 +103,14 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     # Here only attn.* (16.5k of 38k parameters) is critical, and H = 3 after warm-up.
     adaptive = result["adaptive"]["bytes"]
     assert adaptive[:2] == full[:2]  # warm-up: everything, every step
-    assert adaptive[2] < 0.5 * full[0] and adaptive[3] < 0.5 * full[0]  # steps 3, 4: critical only
+    # Steps 3 and 4: critical averages only (~43% of full's bytes each). A step's average
+    # counts in the step it completes in, this one or (thread timing) the next, so one of the
+    # two may hold two: together they stay under 1.5 full steps (everything: 2).
+    assert adaptive[2] + adaptive[3] < 1.5 * full[0]
     # Step 5 = warm-up end + H launches the average of non-critical params; it travels during
     # step 6 (overlapped with its compute). Bytes count in the step in which the collective
     # completed, which is step 5 or 6 depending on thread timing, so check the pair.
-    critical = adaptive[2]
+    critical = min(adaptive[2], adaptive[3])  # one average's bytes
     assert adaptive[4] + adaptive[5] >= 2 * critical + 0.9 * (full[0] - critical)
 
 

@@ -18,6 +18,13 @@ from workers.runtime.hooks.wrappers import PacedTorchHookState, paced_torch_hook
 from workers.runtime.stats import ring_allreduce_wire_bytes
 from workers.runtime.strategies.base import Strategy, average, flat
 
+# Added to each column's norm when PowerSGD orthogonalises its low-rank factors (torch's
+# default is 0). A layer whose gradient is all zero (a branch the loss does not use, a task
+# whose loss reached 0: zoo:convnet in bench_sync) otherwise has its factor divided by a zero
+# norm: NaN in that layer's gradient, then in its parameters and the loss. 1e-8 is torch's
+# own suggestion; against the norms of real gradients it changes nothing measurable.
+ORTHOGONALIZATION_EPSILON = 1e-8
+
 
 class PowerSGD(Strategy):
     """torch's PowerSGD hook (rank ``powersgd_rank``, error feedback, warm start), paced."""
@@ -30,6 +37,7 @@ class PowerSGD(Strategy):
             process_group=engine.group,
             matrix_approximation_rank=config.powersgd_rank,
             start_powerSGD_iter=max(2, config.warmup_steps),
+            orthogonalization_epsilon=ORTHOGONALIZATION_EPSILON,
             random_seed=0,
         )
         self.powersgd = inner
