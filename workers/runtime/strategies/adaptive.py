@@ -107,9 +107,10 @@ class Adaptive(Strategy):
       replicas differ by their local steps since. Every second step rather than every one
       (measured, docs/benchmarks.md): each average costs the CPU and the ranks a meeting
       that the 2-core benchmark machine's short steps feel, and the loss at the budget
-      stayed under full's. Every third step was measured too and not kept. With ``overlap_critical`` off, their gradients are averaged in
-      the comm hook every step instead (replicas identical). A model with
-      no parameter matching the pattern gets a measured set instead: at the end of warm-up,
+      stayed under full's; every third step was measured too and not kept. With
+      ``overlap_critical`` off, their gradients are averaged in the comm hook every step
+      instead (replicas identical). A model with no parameter matching the pattern gets
+      a measured set instead: at the end of warm-up,
       the parameters that moved most since the start (update-to-weight ratio, agreed across
       ranks), up to ``critical_share`` of the bytes (``_choose_measured_critical``).
     * **Non-critical** parameters keep their local gradient and are averaged as parameters
