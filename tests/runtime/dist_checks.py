@@ -45,11 +45,13 @@ class Net(nn.Module):
         self.mlp = nn.Linear(128, 128)
         self.head = nn.Linear(128, 8)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.embed(x))
         h = h + torch.tanh(self.attn(h))
-        h = h + torch.tanh(self.mlp(h))
-        return F.cross_entropy(self.head(h), y)
+        return h + torch.tanh(self.mlp(h))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.head(self.trunk(x)), y)
 
 
 def batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,9 +191,7 @@ class DeadLayerNet(Net):
         self.dead = nn.Linear(128, 128)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(self.embed(x))
-        h = h + torch.tanh(self.attn(h))
-        h = h + torch.tanh(self.mlp(h))
+        h = self.trunk(x)
         return F.cross_entropy(self.head(h + 0.0 * self.dead(h)), y)
 
 
