@@ -120,6 +120,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-h16": ("adaptive", {"sync_period": 16}),  # and a longer one
     # Critical gradients always in blockwise int8 (the rest in bf16), or always in bf16
     # (the default, "auto", chooses by the link time int8 would save).
+    # DDP's broadcast of rank 0's buffers at every forward (the default before; now each
+    # rank keeps its own between averages, as its non-critical parameters).
+    "adaptive-bcast": ("adaptive", {f"{ADAPTIVE_MODULE}.BROADCAST_BUFFERS": True}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
 }

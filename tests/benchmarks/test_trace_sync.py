@@ -30,11 +30,25 @@ def test_a_timed_method_still_runs_and_marks_its_duration() -> None:
     assert micros >= 2000  # it slept 2 ms
 
 
+def test_a_method_of_an_attribute_is_timed_in_place() -> None:
+    strategy = Strategy()
+    strategy.inner = Strategy()  # type: ignore[attr-defined]
+    events: list[tuple[str, int]] = []
+    time_calls("strategy.inner.decide", {"strategy": strategy}, lambda *e: events.append(e))
+    assert strategy.inner.decide(4) == 8  # type: ignore[attr-defined]
+    assert strategy.decide(1) == 2  # the owner's own method is not wrapped
+    assert [kind for kind, _ in events] == ["took strategy.inner.decide"]
+
+
 def test_an_unknown_method_is_refused_with_the_name() -> None:
     with pytest.raises(SystemExit, match="--time strategy.nope: no such method"):
         time_calls("strategy.nope", {"strategy": Strategy()}, lambda *_: None)
     with pytest.raises(SystemExit, match="--time engine.submit"):
         time_calls("engine.submit", {"strategy": Strategy()}, lambda *_: None)
+    with pytest.raises(SystemExit, match="--time strategy.nope.decide"):
+        time_calls("strategy.nope.decide", {"strategy": Strategy()}, lambda *_: None)
+    with pytest.raises(SystemExit, match="--time strategy.calls"):  # not a method
+        time_calls("strategy.calls", {"strategy": Strategy()}, lambda *_: None)
 
 
 def test_calls_are_summed_per_step(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     ap.add_argument(
         "--time", action="append", default=[], metavar="OBJ.METHOD",
-        help="time every call of session.X or strategy.X (repeatable)",
+        help="time every call of session.X or strategy.X, or of a method of their attribute: strategy.A.X (repeatable)",
     )  # fmt: skip
     ap.add_argument("--out", help=argparse.SUPPRESS)  # set by the launcher for the ranks
     return ap.parse_args(argv)
@@ -196,12 +196,15 @@ def rank_main(args: argparse.Namespace) -> None:
 
 
 def time_calls(name: str, objects: dict[str, Any], mark: Any) -> None:
-    """Wrap ``name`` (``session.X`` or ``strategy.X``) so each call marks "took NAME" with
+    """Wrap ``name`` (``session.X`` or ``strategy.X``, or a method of one of their
+    attributes: ``strategy.delta_feedback.compress``) so each call marks "took NAME" with
     its duration in microseconds."""
-    owner, _, attr = name.partition(".")
-    if owner not in objects or not hasattr(objects[owner], attr):
+    owner, *path, attr = name.split(".")
+    target = objects.get(owner)
+    for part in path:
+        target = getattr(target, part, None)
+    if target is None or not callable(getattr(target, attr, None)):
         raise SystemExit(f"--time {name}: no such method (session.X or strategy.X)")
-    target = objects[owner]
     method = getattr(target, attr)
 
     def timed(*a: Any, **kw: Any) -> Any:
@@ -211,7 +214,10 @@ def time_calls(name: str, objects: dict[str, Any], mark: Any) -> None:
         finally:
             mark(f"took {name}", round((time.perf_counter() - began) * 1e6))
 
-    setattr(target, attr, timed)
+    try:
+        setattr(target, attr, timed)
+    except AttributeError:  # a class with __slots__
+        raise SystemExit(f"--time {name}: its object takes no new attributes") from None
 
 
 def split_steps(events: list[list[Any]]) -> list[list[list[Any]]]:

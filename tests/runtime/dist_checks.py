@@ -59,9 +59,9 @@ def batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(16, 32, generator=g), torch.randint(0, 8, (16,), generator=g)
 
 
-def fresh() -> tuple[Net, torch.optim.Optimizer]:
+def fresh(net_class: type[Net] = Net) -> tuple[Net, torch.optim.Optimizer]:
     torch.manual_seed(0)
-    net = Net()
+    net = net_class()
     return net, torch.optim.AdamW(net.parameters(), lr=1e-2)
 
 
@@ -84,13 +84,20 @@ def train(
     return losses
 
 
-def wrapped(cfg: RuntimeConfig, **kw: Any) -> tuple[SynclaneDDP, torch.optim.Optimizer]:
-    net, opt = fresh()
+def wrapped(
+    cfg: RuntimeConfig,
+    *,
+    net_class: type[Net] = Net,
+    reporter: Reporter | None = None,
+    **ddp_options: Any,
+) -> tuple[SynclaneDDP, torch.optim.Optimizer]:
+    net, opt = fresh(net_class)
     model = wrap(
         net,
         optimizer=opt,
         config=cfg,
-        reporter=kw.get("reporter") or Reporter(rank=dist.get_rank()),
+        reporter=reporter or Reporter(rank=dist.get_rank()),
+        **ddp_options,
     )
     return model, opt
 
@@ -199,15 +206,8 @@ def check_powersgd_zero_gradients() -> dict[str, Any]:
     """powersgd on a model with a layer whose gradients are all zero (a converged task or a
     branch the loss does not use): its low-rank factors must not be normalised by a zero
     norm (NaN in that layer, then in the loss)."""
-    torch.manual_seed(0)
-    net = DeadLayerNet()
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-    model = wrap(
-        net,
-        optimizer=opt,
-        config=base_cfg(sync="powersgd", warmup_steps=2),
-        reporter=Reporter(rank=dist.get_rank()),
-    )
+    model, opt = wrapped(base_cfg(sync="powersgd", warmup_steps=2), net_class=DeadLayerNet)
+    net = model.module
     losses, dead_grad_zero = [], []
     for step in range(1, 7):
         loss = model(*batch(dist.get_rank(), step))
@@ -225,6 +225,60 @@ def check_powersgd_zero_gradients() -> dict[str, Any]:
         "replicas_equal": same_on_all_ranks(params),
     }
     model.session.close()
+    return out
+
+
+class NormNet(Net):
+    """``Net`` with BatchNorm after its embedding: running statistics in buffers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(128)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.norm(self.embed(x)))
+        h = h + torch.tanh(self.attn(h))
+        return F.cross_entropy(self.head(h + torch.tanh(self.mlp(h))), y)
+
+
+def check_buffers() -> dict[str, Any]:
+    """Who broadcasts buffers: DDP's broadcast of rank 0's at every forward under full (and
+    under adaptive when asked for); each rank's own under adaptive and none, averaged with
+    the parameters by adaptive's synchronize()."""
+    out: dict[str, Any] = {}
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("full", "full", {}),
+        ("none", "none", {}),
+        ("adaptive", "adaptive", {}),
+        ("adaptive_broadcast", "adaptive", {"broadcast_buffers": True}),
+    ]
+    for name, sync, ddp_options in cases:
+        model, opt = wrapped(base_cfg(sync=sync, warmup_steps=2), net_class=NormNet, **ddp_options)
+        net = model.module
+        train(model, opt, 5)
+        # DDP broadcasts before a forward, which in training mode then updates the
+        # statistics with this rank's batch: look after an evaluating one.
+        model.eval()
+        with torch.no_grad():
+            model(*batch(dist.get_rank(), 6))
+        model.train()
+        stats = [net.norm.running_mean, net.norm.running_var]
+        case: dict[str, Any] = {
+            "buffers_equal": same_on_all_ranks(stats),
+            "count_equal": same_on_all_ranks([net.norm.num_batches_tracked.double()]),
+        }
+        if sync == "adaptive":
+            mean = [t.detach().clone() for t in stats]
+            for t in mean:
+                dist.all_reduce(t)
+                t.div_(dist.get_world_size())
+            model.session.synchronize()
+            case["synced_equal"] = same_on_all_ranks(stats)
+            case["synced_is_mean"] = all(
+                torch.allclose(t, m, rtol=0, atol=1e-6) for t, m in zip(stats, mean, strict=True)
+            )
+        out[name] = case
+        model.session.close()
     return out
 
 
@@ -1238,6 +1292,7 @@ CHECKS = {
         check_numerics,
         check_peers,
         check_powersgd_zero_gradients,
+        check_buffers,
         check_throttle,
         check_drift,
         check_fault,

@@ -87,6 +87,24 @@ def test_powersgd_stays_finite_where_a_layer_has_zero_gradients(tmp_path: Path) 
     assert result["replicas_equal"] is True
 
 
+def test_buffers_are_broadcast_where_replicas_are_identical_and_averaged_by_adaptive(
+    tmp_path: Path,
+) -> None:
+    result = run_check("buffers", tmp_path)
+    # full: DDP broadcasts rank 0's running statistics at every forward.
+    assert result["full"]["buffers_equal"] is True
+    # adaptive and none: each rank's own statistics (the ranks' batches differ)...
+    assert result["adaptive"]["buffers_equal"] is False
+    assert result["none"]["buffers_equal"] is False
+    # ...until adaptive's synchronize() averages them with the parameters.
+    assert result["adaptive"]["synced_equal"] is True
+    assert result["adaptive"]["synced_is_mean"] is True
+    # DDP's broadcast when the user asks for it through wrap().
+    assert result["adaptive_broadcast"]["buffers_equal"] is True
+    # The batch count advances alike everywhere.
+    assert all(case["count_equal"] for case in result.values())
+
+
 def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     result = run_check("peers", tmp_path)
     full = result["full"]["bytes"]

@@ -44,7 +44,14 @@ from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
 from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
-from workers.runtime.strategies import COL, COLUMNS, Strategy, bucket_cap_mb, build
+from workers.runtime.strategies import (
+    COL,
+    COLUMNS,
+    Strategy,
+    broadcasts_buffers,
+    bucket_cap_mb,
+    build,
+)
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 __all__ = ["LinkFailure", "SyncSession", "SynclaneDDP", "wrap"]
@@ -400,8 +407,11 @@ def wrap(
     ``config`` None reads ``RuntimeConfig.from_env()``; ``reporter``/``allocation`` None
     build them from the config (no-ops without a control plane). ``ddp_options`` go to
     ``DistributedDataParallel`` as they are (``find_unused_parameters=True``,
-    ``static_graph=True``, ``broadcast_buffers=False``, ...; a ``bucket_cap_mb`` here wins
-    over the config's). Requires an initialised default process group (``torchrun`` +
+    ``static_graph=True``, ...; a ``bucket_cap_mb`` here wins over the config's).
+    ``broadcast_buffers`` is DDP's default (True) except under ``adaptive`` and ``none``,
+    whose replicas differ between averages anyway: each rank keeps its own buffers
+    (BatchNorm's running statistics), and under ``adaptive`` ``model.session.synchronize()``
+    averages them. Requires an initialised default process group (``torchrun`` +
     ``dist.init_process_group``); collective call, run it on every rank. Returns the wrapped
     model; ``model.session`` holds the bookkeeping.
 
@@ -430,6 +440,7 @@ def wrap(
     ddp_kwargs: dict[str, Any] = {
         "process_group": process_group,
         "bucket_cap_mb": bucket_cap_mb(cfg),
+        "broadcast_buffers": broadcasts_buffers(cfg.sync),
         **ddp_options,
     }
     ddp = SynclaneDDP(model, **ddp_kwargs)

@@ -12,6 +12,7 @@ from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import CommEngine
 from workers.runtime.reporter import Reporter
+from workers.runtime.strategies import adaptive
 from workers.runtime.strategies.adaptive import Adaptive, local_step_scale
 from workers.runtime.strategies.base import (
     COL,
@@ -36,6 +37,15 @@ def bucket_cap_mb(config: RuntimeConfig) -> float:
     if config.bucket_cap_mb is not None:
         return config.bucket_cap_mb
     return DEFAULT_BUCKET_CAP_MB
+
+
+def broadcasts_buffers(sync: str) -> bool:
+    """Whether DDP broadcasts rank 0's buffers at every forward under ``sync``: as DDP does
+    for the strategies that keep every replica identical, not for ``none`` (which never
+    communicates) nor ``adaptive`` (``adaptive.BROADCAST_BUFFERS``)."""
+    if sync == p.SYNC_ADAPTIVE:
+        return adaptive.BROADCAST_BUFFERS
+    return sync != p.SYNC_NONE
 
 
 def build(
@@ -74,6 +84,7 @@ __all__ = [
     "NoComm",
     "PowerSGD",
     "Strategy",
+    "broadcasts_buffers",
     "bucket_cap_mb",
     "build",
     "local_step_scale",

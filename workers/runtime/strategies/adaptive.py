@@ -275,6 +275,8 @@ class Adaptive(Strategy):
     def register(self, ddp: DistributedDataParallel) -> None:
         self.named = [(n, q) for n, q in ddp.module.named_parameters() if q.requires_grad]
         self.by_name = dict(self.named)
+        # Buffers stay each rank's own between synchronize() calls (BROADCAST_BUFFERS).
+        self.float_buffers = [b for b in ddp.module.buffers() if b.is_floating_point()]
         pattern = re.compile(self.config.critical) if self.config.critical else CRITICAL_NAME
         self.base_critical = {n for n, _ in self.named if pattern.search(n)}
         self.measure_critical = not self.base_critical
@@ -438,9 +440,12 @@ class Adaptive(Strategy):
         return self._figures()
 
     def synchronize(self) -> None:
+        """Average the parameters and the floating-point buffers (e.g. BatchNorm's running
+        statistics, each rank's own since DDP does not broadcast them: BROADCAST_BUFFERS).
+        Integer buffers (BatchNorm's batch count) advance alike on every rank."""
         self._apply_critical()
         self._apply_pending()
-        average(self.engine, [q for _, q in self.named])
+        average(self.engine, [*(q for _, q in self.named), *self.float_buffers])
         self._snapshot()
 
     # ------------------------------------------------------------ internals
@@ -962,6 +967,13 @@ CRITICAL_STEP_EXPONENT = 0.5
 # 2.39x), and at 4 ranks ended topics_encoder 8% over full's loss at the budget (every
 # second step: 1% under); docs/benchmarks.md.
 CRITICAL_PERIOD = 2
+# Whether DDP broadcasts rank 0's buffers (BatchNorm's running statistics) at every forward,
+# as it does by default. Not under adaptive: its replicas are not identical between averages
+# anyway, and the broadcast made every forward a meeting of the ranks, so each step waited
+# for the slowest rank there (zoo:bn_mlp: forward 5.0 ms against 1.6-2.4 without it, in
+# trace_sync at 840 Mbit/s). ``synchronize`` averages the floating-point buffers with the
+# parameters; ``wrap(..., broadcast_buffers=True)`` still asks for DDP's behaviour.
+BROADCAST_BUFFERS = False
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:
