@@ -123,6 +123,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # DDP's broadcast of rank 0's buffers at every forward (the default before; now each
     # rank keeps its own between averages, as its non-critical parameters).
     "adaptive-bcast": ("adaptive", {f"{ADAPTIVE_MODULE}.BROADCAST_BUFFERS": True}),
+    # A table agreed after every step (the default before; now with each critical average).
+    "adaptive-agree1": ("adaptive", {f"{ADAPTIVE_MODULE}.AGREE_EVERY_STEP": True}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
 }

@@ -374,16 +374,27 @@ def achieved_bps(engine: CommEngine, tensor: torch.Tensor, *, count: int) -> flo
 
 
 def check_drift() -> dict[str, Any]:
-    """Rank 1's LR spikes at step 12; the sync_drift alarm fires, enhancement, then clears."""
+    """Rank 1's LR spikes at step 12; the sync_drift alarm fires, enhancement, then clears.
+    Critical parameters averaged after every step, so a table is agreed after every step."""
+    return _drift_trail(spike_at=12, critical_period=1)
+
+
+def check_drift_every_second() -> dict[str, Any]:
+    """As check_drift with the default: critical averages, and tables, every second step;
+    the spike at step 14, which starts no periodic average (12 and 18 do)."""
+    return _drift_trail(spike_at=14)
+
+
+def _drift_trail(*, spike_at: int, **changes: Any) -> dict[str, Any]:
     cfg = RuntimeConfig.from_env(
-        sync="adaptive", warmup_steps=2, sync_period=4, drift_threshold=0.5
+        sync="adaptive", warmup_steps=2, sync_period=4, drift_threshold=0.5, **changes
     )
     reporter = Reporter.from_env(cfg)
     model, opt = wrapped(cfg, reporter=reporter)
     base_lr = opt.param_groups[0]["lr"]
 
     def spike(step: int) -> None:
-        lr = base_lr * 300 if (step == 12 and dist.get_rank() == 1) else base_lr
+        lr = base_lr * 300 if (step == spike_at and dist.get_rank() == 1) else base_lr
         for g in opt.param_groups:
             g["lr"] = lr
 
@@ -420,13 +431,40 @@ def check_drift() -> dict[str, Any]:
     return out
 
 
+def check_agree_cadence() -> dict[str, Any]:
+    """The steps at which adaptive's ranks agree a table, and what this rank's row holds:
+    every step in warm-up, then every second step (the default critical period)."""
+    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=2))
+    session = model.session
+    rows: list[tuple[int, list[float]]] = []
+    agree = session._agree
+
+    def record(row: list[float]) -> Any:
+        rows.append((session.step, list(row)))
+        return agree(row)
+
+    session._agree = record  # type: ignore[method-assign]
+    losses = [train_one(model, opt, step) for step in range(1, 11)]
+    out = {
+        "agreed_at": [step for step, _ in rows],
+        "losses": losses,
+        "row_losses": [row[COL["loss"]] for _, row in rows],
+        "row_step_times": [row[COL["step_time_s"]] for _, row in rows],
+    }
+    model.session.close()
+    return out
+
+
 def check_drift_together() -> dict[str, Any]:
     """Both ranks train on the same batches: their replicas move alike, apart by nothing.
 
     Per step: the drift adaptive reports and how far the non-critical parameters moved from
     their last synced copy (relative, the worst rank's).
     """
-    cfg = base_cfg(sync="adaptive", warmup_steps=2, sync_period=4, drift_threshold=0.1)
+    # A table after every step (critical parameters averaged after every step): a row per step.
+    cfg = base_cfg(
+        sync="adaptive", warmup_steps=2, sync_period=4, drift_threshold=0.1, critical_period=1
+    )
     model, opt = wrapped(cfg)
     strategy = model.session.strategy
     rows = []
@@ -1295,6 +1333,8 @@ CHECKS = {
         check_buffers,
         check_throttle,
         check_drift,
+        check_drift_every_second,
+        check_agree_cadence,
         check_fault,
         check_spike,
         check_reissue,

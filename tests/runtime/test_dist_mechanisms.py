@@ -275,6 +275,45 @@ def test_a_perturbed_rank_raises_a_drift_alarm_that_clears_after_enhancement(
     assert (cleared["state"], cleared["step"]) == ("cleared", 14)
 
 
+def test_with_a_table_every_second_step_the_alarm_names_the_measured_step(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    # The default: critical parameters averaged after every second step, and a table agreed
+    # with each average. Rank 1's LR spikes at step 14: step 14's drift is read at 16, which
+    # raises the alarm and starts an enhanced average; 16's drift (taken before that average
+    # started, so covered by it) is read at 18 and starts no second one; 18's is back.
+    result = run_check(
+        "drift_every_second", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="59"
+    )
+    trail = {row["step"]: row for row in result["trail"]}
+    spiked = (16, 17, 18, 19)  # a step between tables reports the last table's figures
+    assert all(trail[s]["drift"] > 0.5 and trail[s]["enhanced"] == 1.0 for s in spiked)
+    assert all(row["drift"] < 0.5 for s, row in trail.items() if s not in spiked)
+    assert all(trail[s + 1]["drift"] == trail[s]["drift"] for s in range(2, 24, 2))
+    assert 16 in result["launches"] and 18 not in result["launches"], result["launches"]
+    assert all(step % 2 == 0 for step in result["launches"])  # decided at agreeing steps
+    assert result["raised"] == result["cleared"] == 1
+    raised, cleared = alarms(r, "59", p.ALARM_SYNC_DRIFT)
+    assert (raised["state"], raised["step"]) == ("raised", 14)
+    assert (cleared["state"], cleared["step"]) == ("cleared", 18)
+
+
+def test_adaptive_agrees_a_table_with_each_critical_average_covering_the_steps_since(
+    tmp_path: Path,
+) -> None:
+    result = run_check("agree_cadence", tmp_path)
+    # Every step in warm-up (steps 1-2, everything averaged), then with each critical
+    # average (every second step); none between.
+    assert result["agreed_at"] == [1, 2, 4, 6, 8, 10]
+    # A row holds the mean loss of the steps it covers (this rank's own losses)...
+    losses = result["losses"]
+    covered = [[1], [2], [3, 4], [5, 6], [7, 8], [9, 10]]
+    expected = [sum(losses[s - 1] for s in steps) / len(steps) for steps in covered]
+    assert result["row_losses"] == pytest.approx(expected, rel=1e-6)
+    # ...and their mean step time (a step of this small net takes well under a second).
+    assert all(0 < t < 1 for t in result["row_step_times"]), result["row_step_times"]
+
+
 def test_drift_is_the_replicas_disagreement_not_their_movement(tmp_path: Path) -> None:
     result = run_check("drift_together", tmp_path)
     rows = result["rows"]

@@ -5,7 +5,8 @@ replicas, relative to the last globally synced weights: adaptive estimates it as
 ``a * ||w - w_sync|| / ||w_sync||``, the distance moved since that sync times ``a``, the share of
 its movement the last average found apart from the replicas' mean (``Adaptive.local_drift``).
 Each rank measures its own; the session shares all ranks' values in its one small
-per-step all-reduce, so every rank takes the same decision here:
+all-reduce of figures (the agreed table, after every step or, under adaptive's selective
+sync, with each critical average), so every rank takes the same decision here:
 
 * drift (the worst rank's) above ``threshold``: raise a ``sync_drift`` alarm and turn on
   *sync enhancement* (global sync every step) until it recovers;

@@ -1,8 +1,10 @@
 """Link health: per-step link figures, adaptive chunk size (AIMD), ``link_degraded`` alarms.
 
-Inputs are the figures every rank shared in the session's per-step all-reduce, so all
-ranks take identical decisions (chunk size must match across ranks or collectives would
-mismatch). The ladder on a slow link:
+Inputs are the figures every rank shared in the session's agreed table, so all ranks take
+identical decisions (chunk size must match across ranks or collectives would mismatch). A
+"step" below is an agreed table: one per optimizer step, or under adaptive's selective
+sync one per critical average (every second step by default), covering the steps since
+the last. The ladder on a slow link:
 
 1. a step whose worst sync delay (time a rank sat inside a collective, mostly waiting for a
    late peer) or that delay's jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the

@@ -15,7 +15,10 @@ After each optimizer step every rank contributes one row of figures to a small a
 ranks take the same decisions about averaging, chunk size, alarms and escalation. The
 all-reduce travels while the next step computes: the decisions at the end of step t are
 taken on step t-1's table, the same on every rank, and no rank waits for the others
-between steps.
+between steps. A strategy may agree less often (``Strategy.agrees_at``: adaptive during
+selective sync agrees with each critical average, every second step); a row then covers
+the steps since the last table (their mean loss and step time, the worst sync delay), and
+decisions are taken at agreeing steps on the previous agreeing step's table.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import statistics
 import time
 import warnings
 import weakref
@@ -130,8 +134,12 @@ class SyncSession:
         # between wrap() and training (loading a checkpoint, starting data loaders) is no
         # step's time, and the first step's time is all the timing decisions after it have.
         self._last_step_end = time.perf_counter()
-        # This step's table on its way (the all-reduce's work and the table it fills).
-        self._agreeing: tuple[dist.Work, torch.Tensor] | None = None
+        # The figures of the steps since the last agreed table (see after_optimizer_step).
+        self._compute_s = 0.0
+        self._steps = 0
+        self._losses: list[float] = []
+        # The last agreed table on its way: the all-reduce's work, the table it fills, its step.
+        self._agreeing: tuple[dist.Work, torch.Tensor, int] | None = None
         self._reissued = 0  # chunks re-issued in the step of the table on its way
         self._closed = False
         self.groups: list[dist.ProcessGroup] = []  # the process groups wrap() made for it
@@ -163,28 +171,41 @@ class SyncSession:
         """
         self.step += 1
         started = time.perf_counter()
-        step_time = started - self._last_step_end
+        self._compute_s += started - self._last_step_end
+        self._steps += 1
+        if self._loss is not None:
+            self._losses.append(float(self._loss.detach()))
+            self._loss = None
         self.strategy.prepare(self.step)
+        if not self.strategy.agrees_at(self.step):
+            # Nothing is agreed or decided after this step: its figures go into the next
+            # agreed table (the strategy's figures stay the last ones).
+            self.figures = {**self.figures, "exposed_comm_s": time.perf_counter() - started}
+            self._last_step_end = time.perf_counter()
+            return
         link = self.engine.pop_link_stats()
         last_done = self.stats.last_done()
         bucket_exposed = (
             max(0.0, last_done - link["last_submit"]) if last_done and link["last_submit"] else 0.0
         )
+        # The row covers the steps since the last agreed table: their mean compute time (the
+        # session's own work left out), gradient norm and loss, the worst sync delay.
         row = [0.0] * len(COLUMNS)
         row[COL["drift"]] = self.strategy.local_drift()
-        row[COL["grad_norm"]] = math.sqrt(self.strategy.pop_grad_sq())
+        row[COL["grad_norm"]] = math.sqrt(self.strategy.pop_grad_sq() / self._steps)
         row[COL["sync_delay_s"]] = link["sync_delay_s"]
-        row[COL["loss"]] = float(self._loss.detach()) if self._loss is not None else math.nan
-        row[COL["step_time_s"]] = step_time
+        row[COL["loss"]] = statistics.fmean(self._losses) if self._losses else math.nan
+        row[COL["step_time_s"]] = self._compute_s / self._steps
         row[COL["rate_Bps"]] = self.pacer.rate() or 0.0
-        table = self._agree(row)  # the previous step's (see _agree)
-        # Chunks re-issued in the step the table is of (the same count on every rank).
+        self._compute_s, self._steps, self._losses = 0.0, 0, []
+        table, measured = self._agree(row)  # the last agreed step's (see _agree)
+        # Chunks re-issued in the steps the table is of (the same count on every rank).
         reissued, self._reissued = self._reissued, int(link["reissued"])
         figures = self.strategy.after_step(self.step, table)
         try:
             if table is not None:
                 self.health.update(
-                    step=self.step - 1,  # alarms name the step that was measured
+                    step=measured,  # alarms name the step that was measured
                     sync_delays=table[:, COL["sync_delay_s"]].tolist(),
                     reissued=reissued,
                 )
@@ -201,7 +222,6 @@ class SyncSession:
                 link_rate_bps=rate * 8 if rate is not None else 0.0,
             )
             self.figures = figures
-            self._loss = None
             self._last_step_end = time.perf_counter()
 
     def pop_step_stats(self) -> dict[str, float]:
@@ -338,19 +358,20 @@ class SyncSession:
             return f.bandwidth_factor
         return 1.0
 
-    def _agree(self, row: list[float]) -> torch.Tensor | None:
+    def _agree(self, row: list[float]) -> tuple[torch.Tensor | None, int]:
         """Start the all-reduce of this step's (world x columns) table, in which each rank
-        fills its own row; return the previous step's, agreed (None: this is the first step
-        since ``wrap``; under ``none``, which never communicates, this step's own rows).
+        fills its own row; return the last agreeing step's, agreed, and that step (None:
+        this is the first since ``wrap``; under ``none``, which never communicates, this
+        step's own rows).
 
-        A step's table crosses the link while the next step computes, so no rank waits for
-        the others here (measured: a blocking all-reduce cost tiny_gpt's steps 1-2 ms, the
-        ranks' step-time jitter). Decisions then act one step later, alike on every rank.
+        A table crosses the link while the next steps compute, so no rank waits for the
+        others here (measured: a blocking all-reduce cost tiny_gpt's steps 1-2 ms, the
+        ranks' step-time jitter). Decisions then act a table later, alike on every rank.
         """
         table = torch.zeros(self.world_size, len(row), dtype=torch.float64)
         table[self.rank] = torch.tensor(row, dtype=torch.float64)
         if self.config.sync == p.SYNC_NONE:
-            return table
+            return table, self.step
         # On its own group from this thread, not through the engine: the engine may still
         # be carrying an overlapped average, and 100 bytes need no pacing (but are counted,
         # in the step that sends them; their time is off the step's path).
@@ -362,11 +383,11 @@ class SyncSession:
             payload_bytes=payload,
             wire_bytes=ring_allreduce_wire_bytes(payload, self.world_size),
         )
-        previous, self._agreeing = self._agreeing, (work, table)
+        previous, self._agreeing = self._agreeing, (work, table, self.step)
         if previous is None:
-            return None
+            return None, self.step - 1
         previous[0].wait()
-        return previous[1]
+        return previous[1], previous[2]
 
     def _finish_agreeing(self) -> bool:
         """Wait for the last table on its way (30 s at most: a peer may be gone); return

@@ -69,6 +69,15 @@ class Strategy:
     def prepare(self, step: int) -> None:
         """Called after optimizer step ``step``, before the per-step figures are taken."""
 
+    def agrees_at(self, step: int) -> bool:
+        """Whether the ranks agree a table after optimizer step ``step`` (every step here).
+
+        A strategy that decides less often may skip steps; then the next agreed table covers
+        every step since the last one, and ``after_step`` is called at agreeing steps only.
+        Agreed state only: every rank must agree at the same steps.
+        """
+        return True
+
     def local_drift(self) -> float:
         """Return this rank's drift from the last globally synced weights (0: always synced)."""
         return 0.0
