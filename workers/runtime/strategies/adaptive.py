@@ -994,7 +994,8 @@ BROADCAST_BUFFERS = False
 # anyway, and covers the steps since the last one. The steps between skip the drift
 # measurement, the table's all-reduce and the decisions: on zoo:bn_mlp (trace_sync, 900
 # Mbit/s) 0.4, 0.3 and 0.4 ms of the session's 2.8 ms a step (median). Paired in the seed
-# regime (arm adaptive-agree1, 2 ranks): 4-9% more samples a second on five models.
+# regime (arm adaptive-agree1): at 2 ranks 4-9% more samples a second on five models in
+# a side run, mixed in the record after it; at 4 ranks to target sooner on four of five.
 AGREE_EVERY_STEP = False
 
 
