@@ -125,6 +125,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-bcast": ("adaptive", {f"{ADAPTIVE_MODULE}.BROADCAST_BUFFERS": True}),
     # A table agreed after every step (the default before; now with each critical average).
     "adaptive-agree1": ("adaptive", {f"{ADAPTIVE_MODULE}.AGREE_EVERY_STEP": True}),
+    # That table as a collective of its own (now it rides the critical average).
+    "adaptive-table-alone": ("adaptive", {f"{ADAPTIVE_MODULE}.TABLE_RIDES": False}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
 }

@@ -150,9 +150,9 @@ def rank_main(args: argparse.Namespace) -> None:
     session = model.session
     agree = session._agree
 
-    def traced_agree(row: list[float]) -> Any:
+    def traced_agree(outgoing: Any) -> Any:
         mark("agree")
-        table = agree(row)
+        table = agree(outgoing)
         mark("agreed")
         return table
 

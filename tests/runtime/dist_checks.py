@@ -32,6 +32,7 @@ from workers.runtime.session import SynclaneDDP, wrap
 from workers.runtime.stats import CommStats
 from workers.runtime.strategies import COL, COLUMNS, local_step_scale
 from workers.runtime.strategies import adaptive as adaptive_module
+from workers.runtime.table import TableRow
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 
@@ -432,24 +433,37 @@ def _drift_trail(*, spike_at: int, **changes: Any) -> dict[str, Any]:
 
 
 def check_agree_cadence() -> dict[str, Any]:
-    """The steps at which adaptive's ranks agree a table, and what this rank's row holds:
-    every step in warm-up, then every second step (the default critical period)."""
+    """The steps at which adaptive's ranks agree a table, what this rank's row holds, how
+    each table went (alone, or riding the critical average) and what arrived: every step
+    in warm-up, then every second step (the default critical period)."""
     model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=2))
     session = model.session
     rows: list[tuple[int, list[float]]] = []
+    outgoing_rows: list[TableRow] = []
+    arrived: list[tuple[int, list[list[float]]]] = []  # (the step it is of, the table)
     agree = session._agree
 
-    def record(row: list[float]) -> Any:
-        rows.append((session.step, list(row)))
-        return agree(row)
+    def record(outgoing: TableRow) -> Any:
+        rows.append((session.step, outgoing.table[session.rank].tolist()))
+        outgoing_rows.append(outgoing)
+        table, measured = agree(outgoing)
+        if table is not None:
+            arrived.append((measured, table.tolist()))
+        return table, measured
 
     session._agree = record  # type: ignore[method-assign]
     losses = [train_one(model, opt, step) for step in range(1, 11)]
+    sent: list[list[tuple[int, list[float]]]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(sent, rows)  # every rank's rows, to compare with what arrived
     out = {
         "agreed_at": [step for step, _ in rows],
+        "rode_at": [row.step for row in outgoing_rows if row.rode],
+        "alone_at": [row.step for row in outgoing_rows if row.alone],
         "losses": losses,
         "row_losses": [row[COL["loss"]] for _, row in rows],
         "row_step_times": [row[COL["step_time_s"]] for _, row in rows],
+        "arrived": arrived,
+        "sent": [dict(rank_rows) for rank_rows in sent],
     }
     model.session.close()
     return out

@@ -10,6 +10,8 @@ from workers.runtime.compress import (
     WIRE_DTYPES,
     ErrorFeedback,
     Int8Feedback,
+    exact_parts,
+    from_exact_parts,
     pack_int8,
     unpack_int8,
     wire_dtype,
@@ -126,3 +128,32 @@ def test_int8_feedback_pads_to_whole_rows_and_keeps_what_rounding_left_out() -> 
         sent_total += Int8Feedback.decode(ef.compress("k", grad, rows_multiple=3), 1000).double()
     torch.testing.assert_close(sent_total + ef.residuals["k"].double(), total, rtol=0, atol=1e-5)
     assert (sent_total - total).abs().max() < 2e-3  # one rounding's worth, not 100
+
+
+@pytest.mark.parametrize(
+    ("dtype", "parts", "rel"),
+    [(torch.bfloat16, 3, 2**-23), (torch.float32, 2, 2**-46), (torch.float64, 1, 0.0)],
+)
+def test_a_table_split_into_exact_parts_sums_back_across_ranks_that_add_zeros(
+    dtype: torch.dtype, parts: int, rel: float
+) -> None:
+    # A table's row as a rank fills it: drift, grad norm, delay, loss, step time, rate.
+    row = torch.tensor([0.0731, 3.2e4, 0.0, 2.302585, 0.00213, 1.5625e7], dtype=torch.float64)
+    sent = exact_parts(row, dtype)
+    assert sent is not None and sent.dtype == dtype and sent.numel() == parts * row.numel()
+    # Three more ranks add their zeros in the wire's dtype, as a SUM all-reduce does.
+    summed = sent + torch.zeros_like(sent) + torch.zeros_like(sent) + torch.zeros_like(sent)
+    back = from_exact_parts(summed, row.numel())
+    assert back.tolist() == pytest.approx(row.tolist(), rel=rel, abs=0.0)
+    # One part alone would not do (bf16 keeps 8 bits, fp32 24): the later parts carry the rest.
+    if parts > 1:
+        assert back.tolist() != sent[: row.numel()].double().tolist()
+
+
+def test_exact_parts_keep_nan_and_infinity_and_refuse_fp16() -> None:
+    row = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e39], dtype=torch.float64)
+    back = from_exact_parts(exact_parts(row, torch.bfloat16), row.numel())  # type: ignore[arg-type]
+    assert torch.isnan(back[0])
+    assert back[1:].tolist() == [float("inf"), -float("inf"), float("inf")]  # 1e39: out of range
+    # fp16 tops out at 65504: a link rate in bytes a second would not fit.
+    assert exact_parts(row, torch.float16) is None

@@ -120,7 +120,10 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     # parameter averaging.
     # Here only attn.* (16.5k of 38k parameters) is critical, and H = 3 after warm-up.
     adaptive = result["adaptive"]["bytes"]
-    assert adaptive[:2] == full[:2]  # warm-up: everything, every step
+    assert adaptive[0] == full[0]  # warm-up: everything, every step
+    # Step 2 ends warm-up, everything averaged, and its table (2 x 6 float64: 96 bytes alone)
+    # rides the first critical average, counted in the step that average completes in.
+    assert full[1] - 96 <= adaptive[1] < 1.5 * full[1]
     # Steps 3 and 4: critical averages only (~43% of full's bytes each). A step's average
     # counts in the step it completes in, this one or (thread timing) the next, so one of the
     # two may hold two: together they stay under 1.5 full steps (everything: 2).
@@ -312,6 +315,15 @@ def test_adaptive_agrees_a_table_with_each_critical_average_covering_the_steps_s
     assert result["row_losses"] == pytest.approx(expected, rel=1e-6)
     # ...and their mean step time (a step of this small net takes well under a second).
     assert all(0 < t < 1 for t in result["row_step_times"]), result["row_step_times"]
+    # From the end of warm-up the table rides each critical average: one collective, not
+    # two. In warm-up (no critical average) it goes alone on the table's group.
+    assert result["rode_at"] == [2, 4, 6, 8, 10] and result["alone_at"] == [1], result
+    # Each agreeing step reads the last one's table, which holds every rank's row as sent
+    # (riding in bf16 parts: to fp32's precision).
+    assert [measured for measured, _ in result["arrived"]] == [1, 2, 4, 6, 8]
+    for measured, table in result["arrived"]:
+        for rank, sent in enumerate(result["sent"]):
+            assert table[rank] == pytest.approx(sent[str(measured)], rel=1e-7, nan_ok=True)
 
 
 def test_drift_is_the_replicas_disagreement_not_their_movement(tmp_path: Path) -> None:

@@ -140,3 +140,36 @@ def wire_dtype(name: str) -> torch.dtype | None:
         raise ValueError(
             f"compress must be one of {', '.join(WIRE_DTYPES)}, got {name!r}"
         ) from None
+
+
+# Parts per float64 value in ``exact_parts``: enough for fp32's 24-bit precision or better.
+# fp16 has none: its range (under 65504) cannot hold a link rate in bytes per second.
+_EXACT_PARTS = {torch.float64: 1, torch.float32: 2, torch.bfloat16: 3}
+
+
+def exact_parts(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``values`` (float64, 1-D) as ``parts`` values each in ``dtype``, laid out part by part
+    (all first parts, then all second parts, ...), whose float64 sum gives each value back
+    to fp32's precision or better (None: ``dtype`` cannot). A value out of ``dtype``'s range
+    goes as infinity, and a non-finite one whole, in the first part.
+
+    A SUM all-reduce of such parts gives the parts of the sums exactly wherever at most
+    one rank's value is nonzero (the others add zeros): an agreed table, in which each rank
+    fills its own row, can ride a collective in any of these dtypes (``table.TableRow``).
+    """
+    count = _EXACT_PARTS.get(dtype)
+    if count is None:
+        return None
+    rest = values.to(torch.float64, copy=True)
+    parts = []
+    for _ in range(count):
+        part = rest.to(dtype)
+        widened = part.to(torch.float64)
+        rest = torch.where(torch.isfinite(widened), rest - widened, 0.0)
+        parts.append(part)
+    return torch.cat(parts)
+
+
+def from_exact_parts(parts: torch.Tensor, numel: int) -> torch.Tensor:
+    """The float64 values ``exact_parts`` split into ``parts`` (``numel`` of them)."""
+    return parts.to(torch.float64).view(-1, numel).sum(dim=0)

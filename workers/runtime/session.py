@@ -47,7 +47,7 @@ from workers.runtime.groups import new_group
 from workers.runtime.health import LinkFailure, LinkHealth
 from workers.runtime.probes import LinkSample, probe_links, report_links
 from workers.runtime.reporter import AllocationClient, Reporter
-from workers.runtime.stats import CommStats, ring_allreduce_wire_bytes
+from workers.runtime.stats import CommStats
 from workers.runtime.strategies import (
     COL,
     COLUMNS,
@@ -56,6 +56,7 @@ from workers.runtime.strategies import (
     bucket_cap_mb,
     build,
 )
+from workers.runtime.table import TableRow
 from workers.runtime.throttle import TokenBucket, link_rate_fn
 
 __all__ = ["LinkFailure", "SyncSession", "SynclaneDDP", "wrap"]
@@ -139,7 +140,7 @@ class SyncSession:
         self._steps = 0
         self._losses: list[float] = []
         # The last agreed table on its way: the all-reduce's work, the table it fills, its step.
-        self._agreeing: tuple[dist.Work, torch.Tensor, int] | None = None
+        self._agreeing: TableRow | None = None
         self._reissued = 0  # chunks re-issued in the step of the table on its way
         self._closed = False
         self.groups: list[dist.ProcessGroup] = []  # the process groups wrap() made for it
@@ -198,10 +199,13 @@ class SyncSession:
         row[COL["step_time_s"]] = self._compute_s / self._steps
         row[COL["rate_Bps"]] = self.pacer.rate() or 0.0
         self._compute_s, self._steps, self._losses = 0.0, 0, []
-        table, measured = self._agree(row)  # the last agreed step's (see _agree)
+        outgoing = TableRow(row, rank=self.rank, world_size=self.world_size, step=self.step)
+        table, measured = self._agree(outgoing)  # the last agreed step's (see _agree)
         # Chunks re-issued in the steps the table is of (the same count on every rank).
         reissued, self._reissued = self._reissued, int(link["reissued"])
-        figures = self.strategy.after_step(self.step, table)
+        figures = self.strategy.after_step(self.step, table, outgoing)
+        if self.config.sync != p.SYNC_NONE:
+            outgoing.send_alone(self.table_group, self.stats)  # unless it rides (after_step)
         try:
             if table is not None:
                 self.health.update(
@@ -358,53 +362,44 @@ class SyncSession:
             return f.bandwidth_factor
         return 1.0
 
-    def _agree(self, row: list[float]) -> tuple[torch.Tensor | None, int]:
-        """Start the all-reduce of this step's (world x columns) table, in which each rank
-        fills its own row; return the last agreeing step's, agreed, and that step (None:
-        this is the first since ``wrap``; under ``none``, which never communicates, this
-        step's own rows).
+    def _agree(self, outgoing: TableRow) -> tuple[torch.Tensor | None, int]:
+        """Return the last agreeing step's table, agreed, and that step (None: this is the
+        first since ``wrap``; under ``none``, which never communicates, this step's own
+        rows); ``outgoing`` becomes the table on its way.
 
         A table crosses the link while the next steps compute, so no rank waits for the
         others here (measured: a blocking all-reduce cost tiny_gpt's steps 1-2 ms, the
         ranks' step-time jitter). Decisions then act a table later, alike on every rank.
+        The strategy may give ``outgoing`` a ride on a collective it starts after this step
+        (``TableRow.ride``); else it goes alone on the table's group, not through the
+        engine: the engine may still be carrying an overlapped average, and 100 bytes need
+        no pacing (they are counted, in the step that sends them).
         """
-        table = torch.zeros(self.world_size, len(row), dtype=torch.float64)
-        table[self.rank] = torch.tensor(row, dtype=torch.float64)
         if self.config.sync == p.SYNC_NONE:
-            return table, self.step
-        # On its own group from this thread, not through the engine: the engine may still
-        # be carrying an overlapped average, and 100 bytes need no pacing (but are counted,
-        # in the step that sends them; their time is off the step's path).
-        payload = table.numel() * table.element_size()
-        started = self.stats.launched()
-        work = dist.all_reduce(table, group=self.table_group, async_op=True)
-        self.stats.completed(
-            started,
-            payload_bytes=payload,
-            wire_bytes=ring_allreduce_wire_bytes(payload, self.world_size),
-        )
-        previous, self._agreeing = self._agreeing, (work, table, self.step)
+            return outgoing.table, self.step
+        previous, self._agreeing = self._agreeing, outgoing
         if previous is None:
             return None, self.step - 1
-        previous[0].wait()
-        return previous[1], previous[2]
+        return previous.wait(), previous.step
 
     def _finish_agreeing(self) -> bool:
-        """Wait for the last table on its way (30 s at most: a peer may be gone); return
-        whether it arrived (no table on its way counts as arrived)."""
+        """Wait for the last table on its way alone (30 s at most: a peer may be gone);
+        return whether it arrived (none, or one riding the engine's collective, which ends
+        with the engine, counts as arrived)."""
         agreeing, self._agreeing = self._agreeing, None
-        if agreeing is None:
+        if agreeing is None or not agreeing.alone:
             return True
         try:
-            return bool(agreeing[0].wait(timedelta(seconds=30)))
+            agreeing.wait(timedelta(seconds=30))
         except RuntimeError:
             return False
+        return True
 
     def _settle_table(self) -> None:
-        """Wait until the table on its way has arrived (before other traffic on its group
-        that is not a collective, and before the group goes); it is still used next step."""
-        if self._agreeing is not None:
-            self._agreeing[0].wait()
+        """Wait until a table on its way alone has arrived (before other traffic on its
+        group that is not a collective, and before the group goes); it is used next step."""
+        if self._agreeing is not None and self._agreeing.alone:
+            self._agreeing.wait()
 
 
 class SynclaneDDP(DistributedDataParallel):

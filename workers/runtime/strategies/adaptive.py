@@ -24,6 +24,7 @@ from workers.runtime.hooks.adaptive import SelectiveState, selective_hook
 from workers.runtime.reporter import Reporter
 from workers.runtime.stats import ring_allreduce_wire_bytes
 from workers.runtime.strategies.base import COL, DEFAULT_BUCKET_CAP_MB, Strategy, average, flat
+from workers.runtime.table import TableRow
 
 # Parameters whose name matches are critical by default: attention projections.
 CRITICAL_NAME = re.compile(
@@ -363,7 +364,9 @@ class Adaptive(Strategy):
         distance = _norm_of(torch._foreach_norm(torch._foreach_sub(current, synced)))
         return self.apart_share * distance / self._synced_norm
 
-    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
+    def after_step(
+        self, step: int, table: torch.Tensor | None, outgoing: TableRow
+    ) -> dict[str, float]:
         # The first step has no agreed figures yet: it decides as with no timing and no loss.
         rows = [] if table is None else table.tolist()
         if rows:
@@ -377,7 +380,7 @@ class Adaptive(Strategy):
         if self.config.compress == "auto":
             self.state.set_quantize(self._int8_pays())
         if self.state.overlap and not self.state.sync_all and step % self.critical_period == 0:
-            self._launch_critical()
+            self._launch_critical(outgoing)  # the table rides it
         return figures
 
     def _agree_rate(self, rows: list[list[float]]) -> None:
@@ -765,17 +768,22 @@ class Adaptive(Strategy):
         )
         self.last_sync_step = step
 
-    def _launch_critical(self) -> None:
+    def _launch_critical(self, outgoing: TableRow) -> None:
         """Start averaging the critical parameters on the foreground engine (idle in
         backward with ``overlap_critical``; the lane yields to it), applied after the next
-        step by ``_apply_critical``: as ``_launch_sync`` with a lag of one step, every step."""
+        step by ``_apply_critical``: as ``_launch_sync`` with a lag of one step. The agreed
+        table of this step rides along (one meeting of the ranks instead of two: the table
+        is agreed at these steps only, ``agrees_at``)."""
         names = [n for n, _ in self.named if n in self.critical_names]
         if not names:
             return
         base = flat([self.synced[n] for n in names])
         delta = flat([self.by_name[n] for n in names]).sub_(base)
         wire = self.delta_feedback.compress(CRITICAL_KEY, delta, scale=1.0 / self.world_size)
-        fut = self.engine.submit(wire, flush=True)
+        if TABLE_RIDES:
+            fut = outgoing.ride(wire, lambda carried: self.engine.submit(carried, flush=True))
+        else:
+            fut = self.engine.submit(wire, flush=True)
         self._critical_average = _CriticalAverage(fut, delta, base, names)
 
     def _apply_critical(self) -> None:
@@ -784,7 +792,7 @@ class Adaptive(Strategy):
         pending, self._critical_average = self._critical_average, None
         if pending is None:
             return
-        mean_delta = pending.future.wait()
+        mean_delta = pending.future.wait()[: pending.delta.numel()]  # the table may follow
         average = pending.base.add_(mean_delta)
         apart_by = pending.delta.sub_(mean_delta)
         self._rebase(pending.names, apart_by, average)
@@ -997,6 +1005,11 @@ BROADCAST_BUFFERS = False
 # regime (arm adaptive-agree1): at 2 ranks 4-9% more samples a second on five models in
 # a side run, mixed in the record after it; at 4 ranks to target sooner on four of five.
 AGREE_EVERY_STEP = False
+# Whether that table rides the critical average (``TableRow.ride``) rather than going alone
+# as a second collective at the same step: each collective costs a meeting of the ranks and
+# the transport's per-message work (one 96-byte gloo all-reduce: 1.2 ms, 0.8 ms of CPU a
+# rank on the 2-core benchmark machine). Arm adaptive-table-alone.
+TABLE_RIDES = True
 
 
 def lane_chunk_bytes(rate_Bps: float | None, world_size: int) -> int | None:

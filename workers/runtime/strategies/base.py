@@ -19,6 +19,7 @@ from workers.runtime import protocol as p
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import CommEngine
 from workers.runtime.hooks.wrappers import EngineHookState, engine_allreduce_hook, noop_hook
+from workers.runtime.table import TableRow
 
 # Columns of the agreed per-step table.
 COLUMNS = ("drift", "grad_norm", "sync_delay_s", "loss", "step_time_s", "rate_Bps")
@@ -82,9 +83,15 @@ class Strategy:
         """Return this rank's drift from the last globally synced weights (0: always synced)."""
         return 0.0
 
-    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
+    def after_step(
+        self, step: int, table: torch.Tensor | None, outgoing: TableRow
+    ) -> dict[str, float]:
         """Act after optimizer step ``step`` on the agreed table of the step before (None
-        at the first step: no table has been agreed yet); return figures to report."""
+        at the first step: no table has been agreed yet); return figures to report.
+
+        ``outgoing`` is this step's row of the next table: a collective started here may
+        carry it (``TableRow.ride``), sparing the ranks a meeting; else the session sends
+        it alone. Whether it rides must be agreed."""
         return {}
 
     def synchronize(self) -> None:

@@ -17,6 +17,7 @@ from workers.runtime.engine import CommEngine
 from workers.runtime.hooks.wrappers import PacedTorchHookState, paced_torch_hook
 from workers.runtime.stats import ring_allreduce_wire_bytes
 from workers.runtime.strategies.base import Strategy, average, flat
+from workers.runtime.table import TableRow
 
 # Added to each column's norm when PowerSGD orthogonalises its low-rank factors (torch's
 # default is 0). A layer whose gradient is all zero (a branch the loss does not use, a task
@@ -103,7 +104,9 @@ class LocalSGD(Strategy):
     def local_drift(self) -> float:
         return relative_distance(flat(self.params), flat(self.synced))
 
-    def after_step(self, step: int, table: torch.Tensor | None) -> dict[str, float]:
+    def after_step(
+        self, step: int, table: torch.Tensor | None, outgoing: TableRow
+    ) -> dict[str, float]:
         a = self.averager
         due = a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
         if not due:
