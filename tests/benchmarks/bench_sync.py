@@ -127,6 +127,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-agree1": ("adaptive", {f"{ADAPTIVE_MODULE}.AGREE_EVERY_STEP": True}),
     # That table as a collective of its own (now it rides the critical average).
     "adaptive-table-alone": ("adaptive", {f"{ADAPTIVE_MODULE}.TABLE_RIDES": False}),
+    # Each critical average applied just before the next starts (default: after one step).
+    "adaptive-critlag2": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_LAG": 2}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
 }

@@ -206,6 +206,7 @@ class SyncSession:
         figures = self.strategy.after_step(self.step, table, outgoing)
         if self.config.sync != p.SYNC_NONE:
             outgoing.send_alone(self.table_group, self.stats)  # unless it rides (after_step)
+            self._agreeing = outgoing
         try:
             if table is not None:
                 self.health.update(
@@ -365,7 +366,8 @@ class SyncSession:
     def _agree(self, outgoing: TableRow) -> tuple[torch.Tensor | None, int]:
         """Return the last agreeing step's table, agreed, and that step (None: this is the
         first since ``wrap``; under ``none``, which never communicates, this step's own
-        rows); ``outgoing`` becomes the table on its way.
+        rows). ``outgoing`` is this step's row (the caller sends it after the strategy's
+        ``after_step``, which may give it a ride).
 
         A table crosses the link while the next steps compute, so no rank waits for the
         others here (measured: a blocking all-reduce cost tiny_gpt's steps 1-2 ms, the
@@ -377,7 +379,7 @@ class SyncSession:
         """
         if self.config.sync == p.SYNC_NONE:
             return outgoing.table, self.step
-        previous, self._agreeing = self._agreeing, outgoing
+        previous = self._agreeing
         if previous is None:
             return None, self.step - 1
         return previous.wait(), previous.step

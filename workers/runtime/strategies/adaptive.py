@@ -323,7 +323,9 @@ class Adaptive(Strategy):
 
     def prepare(self, step: int) -> None:
         self._scale_local_step()
-        self._apply_critical()
+        critical = self._critical_average
+        if critical is not None and step >= critical.apply_at:
+            self._apply_critical()
         if self._pending is not None and step >= self._pending.apply_at:
             self._apply_pending()
         if self.agrees_at(step):
@@ -380,7 +382,7 @@ class Adaptive(Strategy):
         if self.config.compress == "auto":
             self.state.set_quantize(self._int8_pays())
         if self.state.overlap and not self.state.sync_all and step % self.critical_period == 0:
-            self._launch_critical(outgoing)  # the table rides it
+            self._launch_critical(step, outgoing)  # the table rides it
         return figures
 
     def _agree_rate(self, rows: list[list[float]]) -> None:
@@ -768,12 +770,13 @@ class Adaptive(Strategy):
         )
         self.last_sync_step = step
 
-    def _launch_critical(self, outgoing: TableRow) -> None:
+    def _launch_critical(self, step: int, outgoing: TableRow) -> None:
         """Start averaging the critical parameters on the foreground engine (idle in
         backward with ``overlap_critical``; the lane yields to it), applied after the next
         step by ``_apply_critical``: as ``_launch_sync`` with a lag of one step. The agreed
         table of this step rides along (one meeting of the ranks instead of two: the table
         is agreed at these steps only, ``agrees_at``)."""
+        self._apply_critical()  # the last one's average is this one's base (done by now)
         names = [n for n, _ in self.named if n in self.critical_names]
         if not names:
             return
@@ -784,7 +787,9 @@ class Adaptive(Strategy):
             fut = outgoing.ride(wire, lambda carried: self.engine.submit(carried, flush=True))
         else:
             fut = self.engine.submit(wire, flush=True)
-        self._critical_average = _CriticalAverage(fut, delta, base, names)
+        # Applied before the next one starts at the latest: its base is this one's average.
+        lag = max(1, min(CRITICAL_LAG, self.critical_period))
+        self._critical_average = _CriticalAverage(fut, delta, base, names, apply_at=step + lag)
 
     def _apply_critical(self) -> None:
         """Move each critical parameter by (mean delta - own delta) of the average in
@@ -949,6 +954,7 @@ class _CriticalAverage(NamedTuple):
     delta: torch.Tensor  # params - base, this replica's (fp32, this object's own)
     base: torch.Tensor  # the critical parameters' last average (the same on every rank)
     names: list[str]
+    apply_at: int  # the step in whose prepare() it is applied
 
 
 class _PendingAverage(NamedTuple):
@@ -1005,6 +1011,12 @@ BROADCAST_BUFFERS = False
 # regime (arm adaptive-agree1): at 2 ranks 4-9% more samples a second on five models in
 # a side run, mixed in the record after it; at 4 ranks to target sooner on four of five.
 AGREE_EVERY_STEP = False
+# Steps a critical average travels before it is applied (at most CRITICAL_PERIOD: it is
+# applied before the next one starts). 1: after the next step, whatever the period. Two
+# (arm adaptive-critlag2) shortened shapes_cnn's steps in trace_sync but was mixed to target
+# in the seed regime (2 ranks: sooner on two models of five, within 2% samples a second but
+# on zoo:bn_mlp), the waits it removes being CPU the other rank used; docs/benchmarks.md.
+CRITICAL_LAG = 1
 # Whether that table rides the critical average (``TableRow.ride``) rather than going alone
 # as a second collective at the same step: each collective costs a meeting of the ranks and
 # the transport's per-message work (one 96-byte gloo all-reduce: 1.2 ms, 0.8 ms of CPU a
