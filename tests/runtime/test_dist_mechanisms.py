@@ -129,10 +129,13 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     # two may hold two: together they stay under 1.5 full steps (everything: 2).
     assert adaptive[2] + adaptive[3] < 1.5 * full[0]
     # Step 5 = warm-up end + H launches the average of non-critical params; it travels during
-    # step 6 (overlapped with its compute). Bytes count in the step in which the collective
-    # completed, which is step 5 or 6 depending on thread timing, so check the pair.
+    # step 6 (overlapped with its compute) and is applied there. Bytes count in the step in
+    # which the collective completed, which depends on thread timing, for the critical
+    # averages too (seen once: steps 5-6 held one of them, not two), so check steps 5-7: the
+    # non-critical average and at least two of the critical ones launched at steps 4-6
+    # (three critical averages alone would fall short).
     critical = min(adaptive[2], adaptive[3])  # one average's bytes
-    assert adaptive[4] + adaptive[5] >= 2 * critical + 0.9 * (full[0] - critical)
+    assert sum(adaptive[4:7]) >= 2 * critical + 0.9 * (full[0] - critical)
 
 
 def test_adaptive_scales_the_local_steps_of_parameters_that_take_them(tmp_path: Path) -> None:

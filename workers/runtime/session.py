@@ -139,7 +139,7 @@ class SyncSession:
         self._compute_s = 0.0
         self._steps = 0
         self._losses: list[float] = []
-        # The last agreed table on its way: the all-reduce's work, the table it fills, its step.
+        # The last agreed table on its way (alone on the table group, or riding a collective).
         self._agreeing: TableRow | None = None
         self._reissued = 0  # chunks re-issued in the step of the table on its way
         self._closed = False

@@ -5,9 +5,9 @@ every rank gets every row (``SyncSession._agree``). A table goes alone, as an al
 on the session's table group, or rides a collective a strategy starts at the same step
 (``ride``: adaptive's critical average, which the ranks meet for anyway). Each collective
 costs a meeting of the ranks and the transport's per-message work on every rank: measured
-on the 2-core benchmark machine, one 96-byte gloo all-reduce between two processes took
-1.2 ms and 0.8 ms of CPU a rank, most of it in the kernel (docs/benchmarks.md), as much
-as half a step of the smallest benchmark model.
+on the 2-core benchmark machine (bench_meeting), one gloo all-reduce between two processes
+took about 1 ms and 0.64 ms of CPU a rank whatever it carried up to 64 KB, most of it in
+the kernel (docs/benchmarks.md), as much as half a step of the smallest benchmark model.
 
 A riding table goes in the collective's dtype, split exactly (``compress.exact_parts``): a
 cell is nonzero on one rank only, so the sum adds zeros and the table arrives as sent, to
@@ -41,8 +41,9 @@ class TableRow:
         self.rode = False  # whether it went with a strategy's collective
 
     @property
-    def on_its_way(self) -> bool:
-        return self._work is not None or self._carrier is not None
+    def sent(self) -> bool:
+        """Whether it went, alone or riding a collective."""
+        return self._work is not None or self.rode
 
     @property
     def alone(self) -> bool:
@@ -57,7 +58,7 @@ class TableRow:
         """Sum ``wire`` (1-D) across ranks with ``submit`` (a SUM all-reduce), the table
         appended when ``wire``'s dtype can carry it exactly; return ``submit``'s Future.
         The sum of ``wire`` is the first ``wire.numel()`` values of its tensor."""
-        parts = None if self.on_its_way else exact_parts(self.table.reshape(-1), wire.dtype)
+        parts = None if self.sent else exact_parts(self.table.reshape(-1), wire.dtype)
         if parts is None:
             return submit(wire)
         self._offset, self.rode = wire.numel(), True
@@ -68,7 +69,7 @@ class TableRow:
         """All-reduce the table on ``group``, unless it rides a collective already. Not
         waited for: it crosses while the next steps compute. Its bytes are counted in
         ``stats`` (a riding table's are in its carrier's)."""
-        if self.on_its_way:
+        if self.sent:
             return
         payload = self.table.numel() * self.table.element_size()
         started = stats.launched()

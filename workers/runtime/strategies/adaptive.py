@@ -1019,8 +1019,9 @@ AGREE_EVERY_STEP = False
 CRITICAL_LAG = 1
 # Whether that table rides the critical average (``TableRow.ride``) rather than going alone
 # as a second collective at the same step: each collective costs a meeting of the ranks and
-# the transport's per-message work (one 96-byte gloo all-reduce: 1.2 ms, 0.8 ms of CPU a
-# rank on the 2-core benchmark machine). Arm adaptive-table-alone.
+# the transport's per-message work (one gloo all-reduce of up to 64 KB: about 1 ms and 0.64
+# ms of CPU a rank on the 2-core benchmark machine, bench_meeting). Arm adaptive-table-alone:
+# riding reached full's loss sooner on all ten model and rank-count pairs of the record.
 TABLE_RIDES = True
 
 
