@@ -772,10 +772,11 @@ class Adaptive(Strategy):
 
     def _launch_critical(self, step: int, outgoing: TableRow) -> None:
         """Start averaging the critical parameters on the foreground engine (idle in
-        backward with ``overlap_critical``; the lane yields to it), applied after the next
-        step by ``_apply_critical``: as ``_launch_sync`` with a lag of one step. The agreed
-        table of this step rides along (one meeting of the ranks instead of two: the table
-        is agreed at these steps only, ``agrees_at``)."""
+        backward with ``overlap_critical``; the lane yields to it), applied by
+        ``_apply_critical`` (``CRITICAL_LAG`` steps later, one by default): as
+        ``_launch_sync`` with a lag. The agreed table of this step rides along (one
+        meeting of the ranks instead of two: the table is agreed at these steps only,
+        ``agrees_at``)."""
         self._apply_critical()  # the last one's average is this one's base (done by now)
         names = [n for n, _ in self.named if n in self.critical_names]
         if not names:
