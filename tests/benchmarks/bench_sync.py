@@ -131,6 +131,12 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-critlag2": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_LAG": 2}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
+    # full with the agreed table after every step (the rule before; now after each 20 ms of
+    # agreed step time: strategies.base.table_period).
+    "full-table1": ("full", {"table_interval_s": 0.0}),
+    # full with torch DDP's bucket size (default 1 MB): bench_wrap found it at DDP's step
+    # with no link limit; this measures it where the link is the limit.
+    "full-25mb": ("full", {"bucket_cap_mb": 25.0}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")
 # Models of workers.workloads.zoo run as "zoo:<name>" (e.g. --models zoo:rnn_lm,zoo:convnet).

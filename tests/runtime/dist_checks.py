@@ -500,9 +500,17 @@ def check_drift_together() -> dict[str, Any]:
 
 
 def check_fault() -> dict[str, Any]:
-    """A delay injected on rank 1 from step 3 raises link_degraded, shrinks chunks, escalates."""
+    """A delay injected on rank 1 from step 3 raises link_degraded, shrinks chunks, escalates.
+
+    A table after every step (``table_interval_s`` 0), so the ladder is followed step by
+    step from the first slow one (``check_table_cadence`` covers the default cadence).
+    """
     cfg = RuntimeConfig.from_env(
-        sync="full", fault="rank=1,from_step=3,delay_s=0.15", jitter_threshold_s=0.1, chunk_kb=256
+        sync="full",
+        fault="rank=1,from_step=3,delay_s=0.15",
+        jitter_threshold_s=0.1,
+        chunk_kb=256,
+        table_interval_s=0.0,
     )
     reporter = Reporter.from_env(cfg)
     model, opt = wrapped(cfg, reporter=reporter)
@@ -516,10 +524,47 @@ def check_fault() -> dict[str, Any]:
     return out
 
 
+def check_table_cadence() -> dict[str, Any]:
+    """The agreed table's cadence under full: the steps that agreed one, healthy (the
+    default 0.25 s threshold), and with a delay injected on rank 1 from step 5 (threshold
+    0.1 s) until the link escalates.
+
+    ``table_interval_s`` 10 s: any step of this model is far shorter, so once a step time
+    is agreed (the table of step 1, read at step 2) the cadence is the cap, 8 steps.
+    """
+    out: dict[str, Any] = {}
+    runs = (("healthy", None, 0.25), ("degraded", "rank=1,from_step=5,delay_s=0.15", 0.1))
+    for label, fault, threshold in runs:
+        cfg = RuntimeConfig.from_env(
+            sync="full", fault=fault, jitter_threshold_s=threshold, table_interval_s=10.0
+        )
+        if cfg.job_id is not None:
+            cfg = cfg.with_(job_id=f"{cfg.job_id}-{label}")
+        reporter = Reporter.from_env(cfg)
+        model, opt = wrapped(cfg, reporter=reporter)
+        agreed, failed_at = [], None
+        for step in range(1, 33):
+            try:
+                train_one(model, opt, step)
+            except LinkFailure:
+                failed_at = step
+                break
+            if model.session.strategy.last_table == step:
+                agreed.append(step)
+        out[label] = {"agreed": agreed, "failed_at": failed_at}
+        model.session.close()
+        reporter.close()
+    return out
+
+
 def check_spike() -> dict[str, Any]:
-    """One slow step (rank 1's collectives 0.5 s late at step 3 only), threshold 0.1 s."""
+    """One slow step (rank 1's collectives 0.5 s late at step 3 only), threshold 0.1 s; a
+    table after every step, so the jitter follows each step."""
     cfg = RuntimeConfig.from_env(
-        sync="full", fault="rank=1,from_step=3,until_step=4,delay_s=0.5", jitter_threshold_s=0.1
+        sync="full",
+        fault="rank=1,from_step=3,until_step=4,delay_s=0.5",
+        jitter_threshold_s=0.1,
+        table_interval_s=0.0,
     )
     reporter = Reporter.from_env(cfg)
     model, opt = wrapped(cfg, reporter=reporter)
@@ -533,7 +578,8 @@ def check_reissue() -> dict[str, Any]:
     """A blip on full sync: rank 1's first attempts are 0.2 s late for 10 steps (3 to 12).
 
     Three runs from the same seeds: no fault; the blip with re-issue (the default: after
-    the 0.1 s jitter threshold); the blip with re-issue off (``reissue_after_s=0``).
+    the 0.1 s jitter threshold); the blip with re-issue off (``reissue_after_s=0``). A table
+    after every step (``table_interval_s`` 0): the link monitor sees the blip's first step.
     """
     fault = "rank=1,from_step=3,until_step=13,delay_s=0.2,blip=1"
     clean_model, clean_opt = wrapped(base_cfg(sync="full", chunk_kb=64))
@@ -542,7 +588,12 @@ def check_reissue() -> dict[str, Any]:
     out: dict[str, Any] = {"clean": clean}
     for label, after in (("on", None), ("off", 0.0)):
         cfg = RuntimeConfig.from_env(
-            sync="full", fault=fault, jitter_threshold_s=0.1, chunk_kb=64, reissue_after_s=after
+            sync="full",
+            fault=fault,
+            jitter_threshold_s=0.1,
+            chunk_kb=64,
+            reissue_after_s=after,
+            table_interval_s=0.0,
         )
         if cfg.job_id is not None:
             cfg = cfg.with_(job_id=f"{cfg.job_id}-{label}")
@@ -678,10 +729,16 @@ def check_fast_link() -> dict[str, Any]:
     (share > 0.3: selective sync again once most of the last 9 steps were quick), except
     step 17, as if the script evaluated before it: one slow step changes nothing.
     """
-    # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16).
+    # fp32 on the wire: the byte counts compare with full's (check_compress covers bf16). A
+    # table after every step (table_interval_s 0): the mode follows the steps one by one.
     model, opt = wrapped(
         base_cfg(
-            sync="adaptive", warmup_steps=2, link_mbps=200.0, drift_threshold=10.0, compress="none"
+            sync="adaptive",
+            warmup_steps=2,
+            link_mbps=200.0,
+            drift_threshold=10.0,
+            compress="none",
+            table_interval_s=0.0,
         )
     )
     steps = []
@@ -1021,8 +1078,9 @@ def check_auto_format() -> dict[str, Any]:
 
 
 def check_first_step_clock() -> dict[str, Any]:
-    """The first step's agreed time, after a 0.5 s pause between wrap() and training."""
-    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=4))
+    """The first step's agreed time, after a 0.5 s pause between wrap() and training (a
+    table after every step: steps 1 and 2 are read at the ends of steps 2 and 3)."""
+    model, opt = wrapped(base_cfg(sync="adaptive", warmup_steps=4, table_interval_s=0.0))
     time.sleep(0.5)  # as a script loading a checkpoint after wrap() would
     train(model, opt, 3)  # the end of step 2 reads step 1's table, of step 3 step 2's
     times = list(model.session.strategy.step_times)  # type: ignore[attr-defined]
@@ -1058,6 +1116,7 @@ def check_sync_all_format() -> dict[str, Any]:
 
     Net's 152 KB: at 10 Gbit/s bf16 would save ~0.06 ms, a small share of a step (fp32, as
     full); at 20 Mbit/s ~30 ms, most of one (the wire format). Step 1 has no timing yet.
+    A table after every step (``table_interval_s`` 0), so each step's bytes compare.
     """
     out: dict[str, Any] = {}
     for name, mbps, wire in (
@@ -1065,7 +1124,9 @@ def check_sync_all_format() -> dict[str, Any]:
         ("fast_bf16", 10_000.0, "bf16"),
         ("slow_bf16", 20.0, "bf16"),
     ):
-        cfg = base_cfg(sync="adaptive", warmup_steps=6, link_mbps=mbps, compress=wire)
+        cfg = base_cfg(
+            sync="adaptive", warmup_steps=6, link_mbps=mbps, compress=wire, table_interval_s=0.0
+        )
         model, opt = wrapped(cfg)
         out[name] = []
         for step in range(1, 7):
@@ -1350,6 +1411,7 @@ CHECKS = {
         check_drift_every_second,
         check_agree_cadence,
         check_fault,
+        check_table_cadence,
         check_spike,
         check_reissue,
         check_probes,

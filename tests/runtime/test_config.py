@@ -91,6 +91,7 @@ def test_overrides_win_over_the_environment() -> None:
         ({p.ENV_REISSUE_AFTER_S: "soon"}, p.ENV_REISSUE_AFTER_S),
         ({p.ENV_BUCKET_CAP_MB: "-2"}, "SYNCLANE_BUCKET_CAP_MB must be > 0"),
         ({p.ENV_PROBE_EVERY: "-1"}, "SYNCLANE_PROBE_EVERY must be >= 0"),
+        ({p.ENV_TABLE_INTERVAL_S: "-0.1"}, "SYNCLANE_TABLE_INTERVAL_S must be >= 0"),
         ({p.ENV_OVERLAP_CRITICAL: "maybe"}, "SYNCLANE_OVERLAP_CRITICAL must be 1 or 0"),
         ({p.ENV_CRITICAL_PERIOD: "0"}, "SYNCLANE_CRITICAL_PERIOD must be >= 1, got 0"),
         ({p.ENV_CRITICAL_PERIOD: "two"}, "SYNCLANE_CRITICAL_PERIOD must be an integer"),

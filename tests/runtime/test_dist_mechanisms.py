@@ -113,9 +113,11 @@ def test_peer_strategies_run_and_count_their_bytes(tmp_path: Path) -> None:
     assert result["powersgd"]["bytes"][0] == full[0]
     assert max(result["powersgd"]["bytes"][3:]) < full[0] / 5
     assert result["powersgd"]["replicas_equal"]
-    # Local SGD: only the tiny agreed table between averaging steps (every 3 after warm-up).
+    # Local SGD: at most the tiny agreed table between averaging steps (every 3 after
+    # warm-up); an averaging step sends every parameter (full's first step: every gradient
+    # and a table, 2 x 6 float64 = 96 bytes, that this step may not carry).
     local = result["localsgd"]["bytes"]
-    assert local[3] < 1000 and local[4] < 1000 and local[5] >= full[0]
+    assert local[3] < 1000 and local[4] < 1000 and local[5] >= full[0] - 96
     # Adaptive: critical parameters every step (critical_period 1 here) plus periodic
     # parameter averaging.
     # Here only attn.* (16.5k of 38k parameters) is critical, and H = 3 after warm-up.
@@ -358,6 +360,24 @@ def test_an_injected_delay_degrades_the_link_shrinks_chunks_and_escalates(
     # Rank 0 waits for rank 1 (the delayed one) inside every collective: rank 1 is named.
     assert (straggler["kind"], straggler["state"], straggler["step"]) == ("straggler", "raised", 3)
     assert "rank 1 arrives last" in straggler["detail"]
+
+
+def test_full_agrees_a_table_every_few_short_steps_and_after_every_step_once_degraded(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    result = run_check(
+        "table_cadence", tmp_path, SYNCLANE_REDIS_URL=redis_url, SYNCLANE_JOB_ID="59"
+    )
+    # Healthy: a table after steps 1 and 2 (no step time agreed yet), then every 8 steps
+    # (the cap: 10 s of these steps would be far more).
+    assert result["healthy"] == {"agreed": [1, 2, 10, 18, 26], "failed_at": None}
+    # Degraded from step 5: the table of step 10 (steps 3-10) is read at step 18 and raises
+    # link_degraded; from then on a table after every step, and the 8th degraded table
+    # escalates at step 25 (a table after every step: at step 13, test above).
+    degraded = result["degraded"]
+    assert degraded == {"agreed": [1, 2, 10, *range(18, 25)], "failed_at": 25}, degraded
+    [raised] = alarms(r, "59-degraded", p.ALARM_LINK_DEGRADED)
+    assert (raised["state"], raised["step"]) == ("raised", 10)
 
 
 def test_one_slow_step_raises_link_degraded_but_does_not_escalate(

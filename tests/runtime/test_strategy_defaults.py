@@ -11,6 +11,7 @@ from workers.runtime.strategies import (
     DEFAULT_BUCKET_CAP_MB,
     bucket_cap_mb,
     local_step_scale,
+    table_period,
 )
 from workers.runtime.strategies.adaptive import (
     BACKGROUND_CHUNK_S,
@@ -19,6 +20,7 @@ from workers.runtime.strategies.adaptive import (
     lane_chunk_bytes,
     relaid,
 )
+from workers.runtime.strategies.base import MAX_TABLE_PERIOD
 
 
 def params() -> list[torch.nn.Parameter]:
@@ -108,3 +110,22 @@ def test_the_averages_residual_keeps_each_parameters_part_when_the_set_changes()
     # "b" promoted (gone), "d" demoted (back, from zero), "a" and "c" keep their values.
     new = [("a", 2), ("c", 1), ("d", 2)]
     assert relaid(residual, old, new).tolist() == [1.0, 2.0, 6.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("step_time_s", "interval_s", "alarmed", "expected"),
+    [
+        (0.004, 0.02, False, 5),  # 5 steps of 4 ms make the 20 ms
+        (0.007, 0.02, False, 3),  # 21 ms: the first step past the interval
+        (0.02, 0.02, False, 1),  # steps as long as the interval: a table after each
+        (0.5, 0.02, False, 1),
+        (0.0001, 0.02, False, MAX_TABLE_PERIOD),  # capped: the link monitor stays near
+        (0.004, 0.02, True, 1),  # link_degraded raised: every step
+        (0.0, 0.02, False, 1),  # no step time agreed yet
+        (0.004, 0.0, False, 1),  # interval 0: every step (and under deterministic)
+    ],
+)
+def test_a_table_is_agreed_per_interval_of_step_time_and_every_step_on_a_degraded_link(
+    step_time_s: float, interval_s: float, alarmed: bool, expected: int
+) -> None:
+    assert table_period(step_time_s, interval_s, alarmed=alarmed) == expected

@@ -100,6 +100,10 @@ class RuntimeConfig:
     # None: jitter_threshold_s; 0: never.
     reissue_after_s: float | None = None
     probe_every: int = 50  # steps between link probes; 0 disables probes
+    # The agreed table's cadence where no decision needs it (strategies.base.table_period):
+    # a table after the first step that ends this much agreed step time after the last;
+    # 0: after every step (the rule before; also under deterministic).
+    table_interval_s: float = 0.02
     fault: str | None = None  # fault-injector spec (workers.runtime.faults)
 
     def __post_init__(self) -> None:
@@ -161,6 +165,10 @@ class RuntimeConfig:
             raise ValueError(
                 f"{_label('compress')} must be one of {', '.join(COMPRESS_CHOICES)}, "
                 f"got {self.compress!r}"
+            )
+        if self.table_interval_s < 0:
+            raise ValueError(
+                f"{_label('table_interval_s')} must be >= 0, got {self.table_interval_s}"
             )
         if self.probe_every < 0:
             raise ValueError(f"{_label('probe_every')} must be >= 0, got {self.probe_every}")
@@ -234,6 +242,7 @@ class RuntimeConfig:
             "jitter_threshold_s": _float(e, p.ENV_JITTER_THRESHOLD_S, 0.25),
             "reissue_after_s": _float_or_none(e, p.ENV_REISSUE_AFTER_S),
             "probe_every": _int(e, p.ENV_PROBE_EVERY, 50),
+            "table_interval_s": _float(e, p.ENV_TABLE_INTERVAL_S, 0.02),
             "fault": _str(e, p.ENV_FAULT),
             "critical": _str(e, p.ENV_CRITICAL),
             "critical_share": _float(e, p.ENV_CRITICAL_SHARE, 1 / 6),
@@ -274,6 +283,7 @@ FIELD_ENV: Mapping[str, str] = {
     "jitter_threshold_s": p.ENV_JITTER_THRESHOLD_S,
     "reissue_after_s": p.ENV_REISSUE_AFTER_S,
     "probe_every": p.ENV_PROBE_EVERY,
+    "table_interval_s": p.ENV_TABLE_INTERVAL_S,
     "fault": p.ENV_FAULT,
     "critical": p.ENV_CRITICAL,
     "critical_share": p.ENV_CRITICAL_SHARE,

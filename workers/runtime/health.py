@@ -2,9 +2,11 @@
 
 Inputs are the figures every rank shared in the session's agreed table, so all ranks take
 identical decisions (chunk size must match across ranks or collectives would mismatch). A
-"step" below is an agreed table: one per optimizer step, or under adaptive's selective
-sync one per critical average (every second step by default), covering the steps since
-the last. The ladder on a slow link:
+"step" below is an agreed table, covering the steps since the last: under adaptive's
+selective sync one per critical average (every second step by default), else one per
+20 ms of step time (``strategies.base.table_period``: every step for steps of 20 ms or
+more) and one per optimizer step while ``link_degraded`` is raised, so that from the
+first degraded table on the ladder below runs step by step. The ladder on a slow link:
 
 1. a step whose worst sync delay (time a rank sat inside a collective, mostly waiting for a
    late peer) or that delay's jitter exceeds ``jitter_threshold_s`` is *degraded*: halve the

@@ -68,6 +68,9 @@ ENV_SYNC_PERIOD: Final = "SYNCLANE_SYNC_PERIOD"  # initial global-sync period H,
 ENV_MAX_SYNC_PERIOD: Final = "SYNCLANE_MAX_SYNC_PERIOD"  # upper bound of H, int >= 1
 ENV_JITTER_THRESHOLD_S: Final = "SYNCLANE_JITTER_THRESHOLD_S"  # link_degraded trigger, seconds
 ENV_PROBE_EVERY: Final = "SYNCLANE_PROBE_EVERY"  # steps between link probes, 0 = never
+# Agreed step time between two agreed tables, seconds (full, powersgd, localsgd, adaptive
+# while it averages everything); 0: a table after every step.
+ENV_TABLE_INTERVAL_S: Final = "SYNCLANE_TABLE_INTERVAL_S"
 ENV_REISSUE_AFTER_S: Final = "SYNCLANE_REISSUE_AFTER_S"  # late-chunk re-issue; 0: never
 ENV_FAULT: Final = "SYNCLANE_FAULT"  # fault injector spec, see workers.runtime.faults
 ENV_CRITICAL: Final = "SYNCLANE_CRITICAL"  # regex of critical parameter names (adaptive)

@@ -10,15 +10,18 @@ session act after each ``optimizer.step()`` (periodic averaging, drift and link 
 through a step post-hook, so the training loop needs no extra calls. Without it, call
 ``model.session.after_optimizer_step()`` yourself after each step.
 
-After each optimizer step every rank contributes one row of figures to a small all-reduce
+After an optimizer step every rank contributes one row of figures to a small all-reduce
 (the *agreed table*: drift, gradient norm, sync delay, loss, step time, link rate), so all
 ranks take the same decisions about averaging, chunk size, alarms and escalation. The
 all-reduce travels while the next step computes: the decisions at the end of step t are
-taken on step t-1's table, the same on every rank, and no rank waits for the others
-between steps. A strategy may agree less often (``Strategy.agrees_at``: adaptive during
-selective sync agrees with each critical average, every second step); a row then covers
-the steps since the last table (their mean loss and step time, the worst sync delay), and
-decisions are taken at agreeing steps on the previous agreeing step's table.
+taken on the table before, the same on every rank, and no rank waits for the others
+between steps. Each table is a meeting of the ranks, so it is not agreed after every step
+(``Strategy.agrees_at``): adaptive during selective sync agrees with each critical
+average, every second step; the other strategies (and adaptive while it averages
+everything) once per 20 ms of agreed step time, after every step while the link alarm is
+raised (``strategies.base.table_period``). A row covers the steps since the last table
+(their mean loss and step time, the worst sync delay), and decisions are taken at
+agreeing steps on the previous agreeing step's table. Link probes run at their own steps.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from workers.runtime.strategies import (
     broadcasts_buffers,
     bucket_cap_mb,
     build,
+    table_period,
 )
 from workers.runtime.table import TableRow
 from workers.runtime.throttle import TokenBucket, link_rate_fn
@@ -181,6 +185,7 @@ class SyncSession:
         if not self.strategy.agrees_at(self.step):
             # Nothing is agreed or decided after this step: its figures go into the next
             # agreed table (the strategy's figures stay the last ones).
+            self._probe_if_due()
             self.figures = {**self.figures, "exposed_comm_s": time.perf_counter() - started}
             self._last_step_end = time.perf_counter()
             return
@@ -214,8 +219,8 @@ class SyncSession:
                     sync_delays=table[:, COL["sync_delay_s"]].tolist(),
                     reissued=reissued,
                 )
-            if self.config.probe_every and self.step % self.config.probe_every == 0:
-                self._probe()
+            self._set_table_cadence(table)
+            self._probe_if_due()
         finally:
             rate = self.pacer.rate()
             figures.update(
@@ -336,6 +341,19 @@ class SyncSession:
                 with contextlib.suppress(ValueError, RuntimeError):
                     dist.destroy_process_group(group)
         self.groups = []
+
+    def _set_table_cadence(self, table: torch.Tensor | None) -> None:
+        """When the next table is agreed, for a strategy that does not choose
+        (``strategies.base.table_period``): from agreed figures, alike on every rank."""
+        step_time = float(table[:, COL["step_time_s"]].max()) if table is not None else 0.0
+        interval = 0.0 if self.config.deterministic else self.config.table_interval_s
+        self.strategy.table_period = table_period(step_time, interval, alarmed=self.health.alarmed)
+        self.strategy.last_table = self.step
+
+    def _probe_if_due(self) -> None:
+        """Probe the links every ``probe_every`` steps, whether a table is agreed or not."""
+        if self.config.probe_every and self.step % self.config.probe_every == 0:
+            self._probe()
 
     def _probe(self) -> None:
         """Measure the rank-pair link matrix and report it (``link`` messages)."""

@@ -21,6 +21,7 @@ from workers.runtime.strategies.base import (
     Full,
     NoComm,
     Strategy,
+    table_period,
 )
 from workers.runtime.strategies.torch_hooks import LocalSGD, PowerSGD
 
@@ -87,5 +88,6 @@ __all__ = [
     "broadcasts_buffers",
     "bucket_cap_mb",
     "build",
+    "table_period",
     "local_step_scale",
 ]

@@ -65,7 +65,8 @@ PROMOTION_THRESHOLD = 0.25
 # A promoted parameter is demoted only when its score falls under this share of the
 # promotion threshold (hysteresis: each promotion costs an optimizer-state average).
 DEMOTION_SHARE = 0.5
-# The step time the link decisions read: the median of the last this many agreed step times.
+# The step time the link decisions read: the median of the agreed step times of the last this
+# many steps (a table covering several steps counts once for each: its mean, as many times).
 # A step's time runs from the end of the previous one, so it includes whatever the script did
 # in between (an evaluation, a checkpoint, logging); one such step read as it is made the link
 # look idle (measured: an evaluation every 10 steps put adaptive in fast-link mode each time).
@@ -233,6 +234,7 @@ class Adaptive(Strategy):
         self.loss_ema: float | None = None
         self.scores: dict[str, float] = {}
         self.step_times: deque[float] = deque(maxlen=STEP_TIME_WINDOW)  # agreed (slowest rank)
+        self._table_of = 0  # the step of the last table read
         self._pending: _PendingAverage | None = None
         # The agreed tables' steps (see prepare): the one the next after_step reads, and this
         # step's; each with whether an average was in flight when its drift was measured.
@@ -334,14 +336,15 @@ class Adaptive(Strategy):
             self._measured = (self._measured[1], (step, self._pending is not None))
 
     def agrees_at(self, step: int) -> bool:
-        """Every step while everything is averaged (or critical gradients go in backward),
-        else only at the steps whose critical average starts (``AGREE_EVERY_STEP``)."""
-        return (
-            AGREE_EVERY_STEP
-            or self.state.sync_all
-            or not self.state.overlap
-            or step % self.critical_period == 0
-        )
+        """At the steps whose critical average starts (``AGREE_EVERY_STEP``: at every
+        step); while everything is averaged (warm-up, fast-link mode) as ``full`` does
+        (``Strategy.agrees_at``) and at the last step of warm-up, where
+        selective sync starts; every step when critical gradients go in backward."""
+        if AGREE_EVERY_STEP or not self.state.overlap:
+            return True
+        if self.state.sync_all:
+            return super().agrees_at(step) or step == self.config.warmup_steps
+        return step % self.critical_period == 0
 
     def local_drift(self) -> float:
         """``apart_share * ||w - w_sync|| / ||w_sync||`` over the non-critical parameters.
@@ -372,7 +375,9 @@ class Adaptive(Strategy):
         # The first step has no agreed figures yet: it decides as with no timing and no loss.
         rows = [] if table is None else table.tolist()
         if rows:
-            self.step_times.append(max(row[COL["step_time_s"]] for row in rows))
+            of = self._measured[0][0]  # the step the table is of, and the steps it covers:
+            covered, self._table_of = min(max(1, of - self._table_of), STEP_TIME_WINDOW), of
+            self.step_times.extend([max(row[COL["step_time_s"]] for row in rows)] * covered)
         self._agree_rate(rows)
         figures = self._decide(step, rows)
         self._set_fuse_bytes()  # the agreed rate may have changed

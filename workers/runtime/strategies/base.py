@@ -9,6 +9,7 @@ that table are identical on every rank, which is what keeps the ranks' collectiv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,26 @@ COL = {name: i for i, name in enumerate(COLUMNS)}
 
 # DDP's bucket size for every strategy but adaptive (which sends smaller buckets).
 DEFAULT_BUCKET_CAP_MB = 1.0
+
+# How often a strategy that decides nothing from the agreed table (``full``, the torch
+# hooks', ``adaptive`` while it averages everything) agrees one: after the first step that
+# ends ``table_interval_s`` (SYNCLANE_TABLE_INTERVAL_S, 20 ms) of agreed step time after
+# the last table, at most MAX_TABLE_PERIOD steps apart, and after every step while the link
+# alarm is raised (the link monitor then follows the link step by step). The table feeds
+# the link monitor and the reported figures, and each is a meeting of the ranks: about 1 ms
+# and 0.6 ms of CPU a rank on the 2-core benchmark machine (bench_meeting). With a table
+# after every step (the rule before) wrap(full) took 1.08-1.44x plain DDP's step with no
+# link limit (bench_wrap, docs/benchmarks.md). Steps of 20 ms or more agree after each.
+MAX_TABLE_PERIOD = 8
+
+
+def table_period(step_time_s: float, interval_s: float, *, alarmed: bool) -> int:
+    """Steps until the next agreed table: enough of the last table's agreed step time to
+    make ``interval_s`` (at most ``MAX_TABLE_PERIOD``); 1 while the link alarm is raised,
+    with no step time known yet, or with no interval."""
+    if alarmed or step_time_s <= 0 or interval_s <= 0:
+        return 1
+    return max(1, min(MAX_TABLE_PERIOD, math.ceil(interval_s / step_time_s)))
 
 
 class GradSquares(Protocol):
@@ -49,6 +70,9 @@ class Strategy:
         self.config = config
         self.world_size = engine.world_size
         self.state: GradSquares | None = None
+        # The agreed table's cadence (``agrees_at``), set by the session at each table.
+        self.table_period = 1  # steps from one table to the next (``table_period``)
+        self.last_table = 0  # the step of the last agreed table
 
     def register(self, ddp: DistributedDataParallel) -> None:
         raise NotImplementedError
@@ -71,13 +95,14 @@ class Strategy:
         """Called after optimizer step ``step``, before the per-step figures are taken."""
 
     def agrees_at(self, step: int) -> bool:
-        """Whether the ranks agree a table after optimizer step ``step`` (every step here).
+        """Whether the ranks agree a table after optimizer step ``step``: here
+        ``table_period`` steps after the last one (see ``MAX_TABLE_PERIOD``).
 
         A strategy that decides less often may skip steps; then the next agreed table covers
         every step since the last one, and ``after_step`` is called at agreeing steps only.
         Agreed state only: every rank must agree at the same steps.
         """
-        return True
+        return step - self.last_table >= self.table_period
 
     def local_drift(self) -> float:
         """Return this rank's drift from the last globally synced weights (0: always synced)."""

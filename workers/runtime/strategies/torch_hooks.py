@@ -104,14 +104,14 @@ class LocalSGD(Strategy):
     def local_drift(self) -> float:
         return relative_distance(flat(self.params), flat(self.synced))
 
-    def after_step(
-        self, step: int, table: torch.Tensor | None, outgoing: TableRow
-    ) -> dict[str, float]:
+    def prepare(self, step: int) -> None:
+        """Average the parameters when the averager is due (after every step: a table is
+        agreed only every few, ``agrees_at``)."""
         a = self.averager
         due = a.step >= a.warmup_steps and (a.step - a.warmup_steps) % a.period == 0
         if not due:
             a.step += 1
-            return {"sync_period": float(a.period)}
+            return
         payload = sum(q.numel() * q.element_size() for q in self.params)
         started = self.engine.stats.launched()
         a.average_parameters(self.params)
@@ -124,7 +124,11 @@ class LocalSGD(Strategy):
             wire_bytes=ring_allreduce_wire_bytes(payload, self.world_size),
         )
         self.synced = [q.detach().clone() for q in self.params]
-        return {"sync_period": float(a.period)}
+
+    def after_step(
+        self, step: int, table: torch.Tensor | None, outgoing: TableRow
+    ) -> dict[str, float]:
+        return {"sync_period": float(self.averager.period)}
 
     def synchronize(self) -> None:
         average(self.engine, self.params)
