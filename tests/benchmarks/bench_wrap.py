@@ -188,7 +188,9 @@ def main() -> int:
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"rows": rows, "report": text}, indent=1) + "\n")
-    print(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s -> {args.out}")
+    shown = Path(args.out).resolve()
+    shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
+    print(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s -> {shown}")
     return 0
 
 
