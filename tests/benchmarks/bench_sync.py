@@ -129,6 +129,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "adaptive-table-alone": ("adaptive", {f"{ADAPTIVE_MODULE}.TABLE_RIDES": False}),
     # Each critical average applied just before the next starts (default: after one step).
     "adaptive-critlag2": ("adaptive", {f"{ADAPTIVE_MODULE}.CRITICAL_LAG": 2}),
+    # The step-time window over 18 steps (9 tables of 2 steps during selective sync: the
+    # window before it counted steps rather than tables; default 9 steps).
+    "adaptive-window18": ("adaptive", {f"{ADAPTIVE_MODULE}.STEP_TIME_WINDOW": 18}),
     "adaptive-int8": ("adaptive", {"compress": "int8", **GRAD}),
     "adaptive-bf16": ("adaptive", {"compress": "bf16", **GRAD}),
     # full with the agreed table after every step (the rule before; now after each 20 ms of
