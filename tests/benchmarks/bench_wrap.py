@@ -1,6 +1,6 @@
 """What the plugin costs where the link is not the limit: torch's DDP against ``wrap``.
 
-    .venv/bin/python tests/benchmarks/bench_wrap.py            # 5 models, 3 blocks (~4 min)
+    .venv/bin/python tests/benchmarks/bench_wrap.py            # 5 models, 3 blocks (~3 min)
     .venv/bin/python tests/benchmarks/bench_wrap.py --quick    # 2 models, 1 block
 
 A user who wraps a model with ``sync="full"`` expects the step of plain
@@ -124,9 +124,8 @@ def rank_main(plan: dict[str, Any]) -> None:
     for block in range(plan["blocks"]):
         order = ARMS if block % 2 == 0 else tuple(reversed(ARMS))
         for arm, mode, changes in order:
-            constants = {k: v for k, v in changes.items() if "." in k}
-            fields = {k: v for k, v in changes.items() if "." not in k}
-            with bench_sync.constant_changes(constants):
+            fields = {k: v for k, v in changes.items() if "." not in k}  # the rest: constants
+            with bench_sync.constant_changes(changes):
                 step_s = run_arm(wl, mode, fields, plan["steps"])
             rows.append(
                 {"model": wl.name, "block": block, "arm": arm, "steps": plan["steps"],
