@@ -11,10 +11,12 @@ per block, the order reversed every second block, so a drift of the machine's sp
 a block cancels out):
 
 * ``ddp``: ``DistributedDataParallel(model)``, torch's defaults (25 MB buckets);
-* ``full``: ``wrap(model, optimizer, sync="full")``, the runtime's defaults;
+* ``full``: ``wrap(model, optimizer, sync="full")``, the runtime's defaults (torch's
+  25 MB buckets);
 * ``full-table1``: ``full`` with the agreed table after every step (``table_interval_s``
   0, the rule before; now after each 20 ms of agreed step time);
-* ``full-25mb``: ``full`` with torch's bucket size (``bucket_cap_mb``; 1 MB by default);
+* ``full-1mb``: ``full`` with 1 MB buckets (``bucket_cap_mb``; the default before, and
+  adaptive's);
 * ``none``: ``wrap`` with no gradient communication at all (the floor: what the
   gradients' own transfer costs is ``ddp`` less this).
 
@@ -47,7 +49,7 @@ ARMS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("ddp", "ddp", {}),
     ("full", "full", {}),
     ("full-table1", "full", {"table_interval_s": 0.0}),
-    ("full-25mb", "full", {"bucket_cap_mb": 25.0}),
+    ("full-1mb", "full", {"bucket_cap_mb": 1.0}),
     ("none", "none", {}),
 )
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder", "zoo:rnn_lm", "zoo:bn_mlp")

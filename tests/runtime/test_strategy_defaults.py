@@ -8,7 +8,6 @@ import torch
 from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, FUSE_BYTES, MAX_CHUNK_BYTES
 from workers.runtime.strategies import (
-    DEFAULT_BUCKET_CAP_MB,
     bucket_cap_mb,
     local_step_scale,
     table_period,
@@ -30,15 +29,18 @@ def params() -> list[torch.nn.Parameter]:
 @pytest.mark.parametrize(
     ("sync", "configured", "expected"),
     [
-        ("full", None, DEFAULT_BUCKET_CAP_MB),
-        ("localsgd", None, DEFAULT_BUCKET_CAP_MB),
-        ("adaptive", None, DEFAULT_BUCKET_CAP_MB),
+        # None: DDP's own default (25 MB, a 1 MB first bucket), as plain DDP.
+        ("full", None, None),
+        ("powersgd", None, None),
+        ("localsgd", None, None),
+        ("none", None, None),
+        ("adaptive", None, 1.0),
         ("adaptive", 2.0, 2.0),
         ("full", 0.25, 0.25),
     ],
 )
 def test_bucket_size_is_the_configured_one_else_the_strategys(
-    sync: str, configured: float | None, expected: float
+    sync: str, configured: float | None, expected: float | None
 ) -> None:
     assert bucket_cap_mb(RuntimeConfig(sync=sync, bucket_cap_mb=configured)) == expected
 

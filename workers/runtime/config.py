@@ -52,7 +52,8 @@ class RuntimeConfig:
     critical_share: float = 1 / 6
     sync_period: int = 8  # initial H: global sync of non-critical params every H steps
     max_sync_period: int = 32  # upper bound of H (the allocation bound stops here)
-    # DDP bucket size (fusion of small tensors into buckets); None: 1 MB for every strategy.
+    # DDP bucket size (fusion of small tensors into buckets); None: 1 MB under adaptive, DDP's
+    # own default (25 MB, a 1 MB first bucket) under the others (``strategies.bucket_cap_mb``).
     bucket_cap_mb: float | None = None
     chunk_kb: int = 1024  # initial/maximum engine chunk; AIMD shrinks it on a degraded link
     warmup_steps: int = 10  # steps of full sync before adaptive/powersgd/localsgd start

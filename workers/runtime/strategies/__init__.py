@@ -15,9 +15,9 @@ from workers.runtime.reporter import Reporter
 from workers.runtime.strategies import adaptive
 from workers.runtime.strategies.adaptive import Adaptive, local_step_scale
 from workers.runtime.strategies.base import (
+    ADAPTIVE_BUCKET_CAP_MB,
     COL,
     COLUMNS,
-    DEFAULT_BUCKET_CAP_MB,
     Full,
     NoComm,
     Strategy,
@@ -26,8 +26,12 @@ from workers.runtime.strategies.base import (
 from workers.runtime.strategies.torch_hooks import LocalSGD, PowerSGD
 
 
-def bucket_cap_mb(config: RuntimeConfig) -> float:
-    """DDP's bucket size for ``config``: the configured one, else 1 MB for every strategy.
+def bucket_cap_mb(config: RuntimeConfig) -> float | None:
+    """DDP's bucket size for ``config``: the configured one, else 1 MB for ``adaptive`` and
+    None for the others: DDP's own default (25 MB, its first bucket 1 MB), so that ``full``
+    sends the buckets plain DDP sends and sums them bit for bit as it does. Our 1 MB for
+    every strategy, the rule before, made ``full`` 1.05-1.15x plain DDP's step with no link
+    limit (bench_wrap) and was no faster where the link is the limit (bench_sync's arms).
 
     adaptive had 64 KB buckets, so that critical slices left while backward computed the
     layers below. Side by side once compute was fast (docs/benchmarks.md, arm adaptive-64k),
@@ -37,7 +41,7 @@ def bucket_cap_mb(config: RuntimeConfig) -> float:
     """
     if config.bucket_cap_mb is not None:
         return config.bucket_cap_mb
-    return DEFAULT_BUCKET_CAP_MB
+    return ADAPTIVE_BUCKET_CAP_MB if config.sync == p.SYNC_ADAPTIVE else None
 
 
 def broadcasts_buffers(sync: str) -> bool:
@@ -76,9 +80,9 @@ def build(
 
 
 __all__ = [
+    "ADAPTIVE_BUCKET_CAP_MB",
     "COL",
     "COLUMNS",
-    "DEFAULT_BUCKET_CAP_MB",
     "Adaptive",
     "Full",
     "LocalSGD",

@@ -23,7 +23,13 @@ from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, FUSE_BYTES, MAX_CHUNK
 from workers.runtime.hooks.adaptive import SelectiveState, selective_hook
 from workers.runtime.reporter import Reporter
 from workers.runtime.stats import ring_allreduce_wire_bytes
-from workers.runtime.strategies.base import COL, DEFAULT_BUCKET_CAP_MB, Strategy, average, flat
+from workers.runtime.strategies.base import (
+    ADAPTIVE_BUCKET_CAP_MB,
+    COL,
+    Strategy,
+    average,
+    flat,
+)
 from workers.runtime.table import TableRow
 
 # Parameters whose name matches are critical by default: attention projections.
@@ -31,9 +37,9 @@ CRITICAL_NAME = re.compile(
     r"(^|\.)(attn|attention|self_attn)(\.|$)|(q_proj|k_proj|v_proj|out_proj|qkv)"
 )
 
-# While adaptive averages everything, the engine fuses what the hook sends up to full's
+# While adaptive averages everything, the engine fuses what the hook sends up to its default
 # bucket size (a smaller SYNCLANE_BUCKET_CAP_MB would otherwise cost one collective a bucket).
-SYNC_ALL_FUSE_BYTES = int(DEFAULT_BUCKET_CAP_MB * 2**20)
+SYNC_ALL_FUSE_BYTES = int(ADAPTIVE_BUCKET_CAP_MB * 2**20)
 
 # Fast-link mode: sync everything while full sync's link time is below this share of a
 # step, back to selective sync above the second (hysteresis against flapping).
