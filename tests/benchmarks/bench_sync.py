@@ -140,8 +140,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # full with the agreed table after every step (the rule before; now after each 20 ms of
     # agreed step time: strategies.base.table_period).
     "full-table1": ("full", {"table_interval_s": 0.0}),
-    # full with 1 MB buckets (the default before; now torch DDP's 25 MB, as bench_wrap found
-    # 1 MB slower than plain DDP with no link limit).
+    # full with 1 MB buckets (the default before; now DDP's own, 25 MB with a 1 MB first
+    # bucket, as bench_wrap found 1 MB slower than plain DDP with no link limit).
     "full-1mb": ("full", {"bucket_cap_mb": 1.0}),
 }
 MODELS = ("tiny_gpt", "shapes_cnn", "topics_encoder")

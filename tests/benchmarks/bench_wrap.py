@@ -11,8 +11,8 @@ per block, the order reversed every second block, so a drift of the machine's sp
 a block cancels out):
 
 * ``ddp``: ``DistributedDataParallel(model)``, torch's defaults (25 MB buckets);
-* ``full``: ``wrap(model, optimizer, sync="full")``, the runtime's defaults (torch's
-  25 MB buckets);
+* ``full``: ``wrap(model, optimizer, sync="full")``, the runtime's defaults (DDP's own
+  buckets, as ``ddp``);
 * ``full-table1``: ``full`` with the agreed table after every step (``table_interval_s``
   0, the rule before; now after each 20 ms of agreed step time);
 * ``full-1mb``: ``full`` with 1 MB buckets (``bucket_cap_mb``; the default before, and
