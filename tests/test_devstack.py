@@ -277,3 +277,38 @@ def _pings(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_timeout=2).ping())
     except redis.RedisError:
         return False
+
+
+def test_pytest_arguments_still_run_browser_tests_in_a_process_of_their_own():
+    # Playwright leaves an event loop running in its process: asyncio tests after a browser
+    # test in the same process fail, so arguments such as --durations keep the split.
+    runs = devstack.pytest_runs(["--durations=5", "tests/runtime"])
+    assert [run[3:] for run in runs] == [
+        ["-m", "not browser", "--durations=5", "tests/runtime"],
+        ["-m", "browser", "--durations=5", "tests/runtime"],
+    ]
+    assert devstack.pytest_runs([]) == [
+        [devstack.PYTHON, "-m", "pytest", "-m", "not browser"],
+        [devstack.PYTHON, "-m", "pytest", "-m", "browser"],
+    ]
+    # Markers chosen by the caller run as given, in one process.
+    assert devstack.pytest_runs(["-m", "browser", "-x"]) == [
+        [devstack.PYTHON, "-m", "pytest", "-m", "browser", "-x"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([0, 0], 0),
+        ([0, 5], 0),  # no browser test among the arguments
+        ([5, 0], 0),  # only browser tests among them
+        ([5, 5], 5),  # nothing collected: an empty suite fails
+        ([1, 0], 1),
+        ([0, 1], 1),
+        ([5, 2], 2),
+        ([0], 0),
+    ],
+)
+def test_the_runs_exit_codes_combine_into_the_first_failure(codes, expected):
+    assert devstack.combined_exit_code(codes) == expected
