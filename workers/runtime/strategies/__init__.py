@@ -13,9 +13,8 @@ from workers.runtime.config import RuntimeConfig
 from workers.runtime.engine import CommEngine
 from workers.runtime.reporter import Reporter
 from workers.runtime.strategies import adaptive
-from workers.runtime.strategies.adaptive import Adaptive, local_step_scale
+from workers.runtime.strategies.adaptive import ADAPTIVE_BUCKET_CAP_MB, Adaptive, local_step_scale
 from workers.runtime.strategies.base import (
-    ADAPTIVE_BUCKET_CAP_MB,
     COL,
     COLUMNS,
     Full,
@@ -80,7 +79,6 @@ def build(
 
 
 __all__ = [
-    "ADAPTIVE_BUCKET_CAP_MB",
     "COL",
     "COLUMNS",
     "Adaptive",

@@ -23,13 +23,7 @@ from workers.runtime.engine import BACKGROUND_CHUNK_BYTES, FUSE_BYTES, MAX_CHUNK
 from workers.runtime.hooks.adaptive import SelectiveState, selective_hook
 from workers.runtime.reporter import Reporter
 from workers.runtime.stats import ring_allreduce_wire_bytes
-from workers.runtime.strategies.base import (
-    ADAPTIVE_BUCKET_CAP_MB,
-    COL,
-    Strategy,
-    average,
-    flat,
-)
+from workers.runtime.strategies.base import COL, Strategy, average, flat
 from workers.runtime.table import TableRow
 
 # Parameters whose name matches are critical by default: attention projections.
@@ -37,6 +31,10 @@ CRITICAL_NAME = re.compile(
     r"(^|\.)(attn|attention|self_attn)(\.|$)|(q_proj|k_proj|v_proj|out_proj|qkv)"
 )
 
+# adaptive's DDP bucket size: during selective sync its critical slices leave bucket by
+# bucket, so smaller buckets than torch's (measured against 64 KB and 256 KB:
+# ``strategies.bucket_cap_mb``). The other strategies keep DDP's own buckets.
+ADAPTIVE_BUCKET_CAP_MB = 1.0
 # While adaptive averages everything, the engine fuses what the hook sends up to its default
 # bucket size (a smaller SYNCLANE_BUCKET_CAP_MB would otherwise cost one collective a bucket).
 SYNC_ALL_FUSE_BYTES = int(ADAPTIVE_BUCKET_CAP_MB * 2**20)

@@ -26,11 +26,6 @@ from workers.runtime.table import TableRow
 COLUMNS = ("drift", "grad_norm", "sync_delay_s", "loss", "step_time_s", "rate_Bps")
 COL = {name: i for i, name in enumerate(COLUMNS)}
 
-# adaptive's DDP bucket size: during selective sync its critical slices leave bucket by
-# bucket, so smaller buckets than torch's (measured against 64 KB and 256 KB:
-# ``strategies.bucket_cap_mb``). The other strategies keep DDP's own buckets.
-ADAPTIVE_BUCKET_CAP_MB = 1.0
-
 # How often a strategy that decides nothing from the agreed table (``full``, the torch
 # hooks', ``adaptive`` while it averages everything) agrees one: after the first step that
 # ends ``table_interval_s`` (SYNCLANE_TABLE_INTERVAL_S, 20 ms) of agreed step time after
