@@ -62,11 +62,11 @@ BF16_MIN_SAVING = 0.05
 INT8_ABOVE = 0.08
 INT8_BELOW = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
-# H grows when averaging would exceed it (the allocation bound on H). A tenth (bench_sync's
-# arm adaptive-budget10, docs/benchmarks.md) reached full's loss as soon or sooner on all
-# five models at 2 ranks and, over two more seeds, at 4 ranks; kept at a quarter until it
-# is the default of a whole record.
-AVERAGING_BUDGET = 0.25
+# H grows when averaging would exceed it (the allocation bound on H). Measured against a
+# quarter (the default before; bench_sync's arm adaptive-budget25, docs/benchmarks.md): a
+# tenth reached full's loss as soon (within 1%) or sooner on all five models at 2 ranks
+# and over seeds 1-2 at 4 ranks, with fewer bytes a step where the bound binds.
+AVERAGING_BUDGET = 0.1
 # A parameter is promoted when its movement between syncs exceeds this share of the drift threshold.
 PROMOTION_THRESHOLD = 0.25
 # A promoted parameter is demoted only when its score falls under this share of the
