@@ -63,9 +63,9 @@ INT8_ABOVE = 0.08
 INT8_BELOW = 0.05
 # Share of a step's time that periodic parameter averaging may use on the current link;
 # H grows when averaging would exceed it (the allocation bound on H). Measured against a
-# quarter (the default before; bench_sync's arm adaptive-budget25, docs/benchmarks.md): a
-# tenth reached full's loss as soon (within 1%) or sooner on all five models at 2 ranks
-# and over seeds 1-2 at 4 ranks, with fewer bytes a step where the bound binds.
+# quarter (the default before; bench_sync's arm adaptive-budget25, docs/benchmarks.md,
+# seed regime, 2 ranks): a tenth reached full's loss 1-13% sooner on the four models where
+# the bound binds, with fewer bytes a step; tiny_gpt's H follows its loss either way.
 AVERAGING_BUDGET = 0.1
 # A parameter is promoted when its movement between syncs exceeds this share of the drift threshold.
 PROMOTION_THRESHOLD = 0.25
