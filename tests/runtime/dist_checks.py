@@ -1088,6 +1088,30 @@ def check_first_step_clock() -> dict[str, Any]:
     return {"step_times_s": times}
 
 
+def check_averaging_bound() -> dict[str, Any]:
+    """adaptive's period H on agreed tables of a 20 Mbit/s link and chosen step times, and
+    with no link rate known (H from the loss alone)."""
+    cfg = base_cfg(sync="adaptive", warmup_steps=2, sync_period=2, max_sync_period=64)
+    model, opt = wrapped(cfg)
+    train(model, opt, 4)  # past warm-up: the critical set and the loss baseline are known
+    strategy = model.session.strategy
+    strategy.loss_ema = strategy.loss0  # type: ignore[attr-defined]  # the loss's H: 2
+    out: dict[str, Any] = {"wire_share": strategy.wire_share}  # type: ignore[attr-defined]
+    strategy._agree_rate([[0.0] * len(COLUMNS)])  # type: ignore[attr-defined]
+    strategy._adapt_period()  # type: ignore[attr-defined]
+    out["no link"] = strategy.period  # type: ignore[attr-defined]
+    table = torch.zeros(dist.get_world_size(), len(COLUMNS), dtype=torch.float64)
+    table[:, COL["rate_Bps"]] = 20e6 / 8
+    strategy._agree_rate(table.tolist())  # type: ignore[attr-defined]
+    for step_s in (0.5, 0.05, 0.01, 0.002):
+        strategy.step_times.clear()  # type: ignore[attr-defined]
+        strategy.step_times.append(step_s)  # type: ignore[attr-defined]
+        strategy._adapt_period()  # type: ignore[attr-defined]
+        out[f"{step_s * 1000:g} ms"] = strategy.period  # type: ignore[attr-defined]
+    model.session.close()
+    return out
+
+
 def int8_decisions(model: SynclaneDDP) -> dict[str, list[bool]]:
     """adaptive's int8 decision on agreed tables of a 20 Mbit/s link and a chosen step time,
     while the critical gradients go in bf16 and while they go in int8 (the hysteresis).
@@ -1426,6 +1450,7 @@ CHECKS = {
         check_auto_format,
         check_drift_together,
         check_first_step_clock,
+        check_averaging_bound,
         check_late_critical,
         check_overlap_critical,
         check_sync_all_format,

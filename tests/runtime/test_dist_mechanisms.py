@@ -528,6 +528,24 @@ def test_auto_format_sends_critical_gradients_in_int8_where_that_saves_enough_li
     }
 
 
+def test_periodic_averages_take_at_most_a_tenth_of_a_step_on_the_link(tmp_path: Path) -> None:
+    result = run_check("averaging_bound", tmp_path)
+    # With no link rate H follows the loss alone: sync_period 2 times sqrt(loss / loss0),
+    # the loss held at its baseline. The non-critical parameters (all but attn: 38,280 -
+    # 16,512 = 21,768 values) in bf16 are 43,536 bytes, which a ring all-reduce at 2 ranks
+    # sends whole: 17.4 ms at 20 Mbit/s.
+    # H is the fewest steps whose tenth covers that (H x step / 10 >= 17.4 ms), bounded by
+    # the loss's H below and max_sync_period (64) above. A quarter would give 2, 7 and 35.
+    assert result == {
+        "wire_share": 0.5,  # averages go in bf16
+        "no link": 2,
+        "500 ms": 2,  # 17.4 ms is under a tenth of the step: the loss decides
+        "50 ms": 4,  # 17.4 / 5
+        "10 ms": 18,  # 17.4 / 1
+        "2 ms": 64,  # 87, capped
+    }
+
+
 def test_the_first_step_is_timed_from_its_forward_not_from_wrap(tmp_path: Path) -> None:
     # A 0.5 s pause between wrap() and the first forward is no step's time: the first step
     # takes tens of ms here (its warm-up sends everything), under 0.4 s on a loaded machine.
