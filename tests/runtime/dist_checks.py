@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -1088,6 +1090,33 @@ def check_first_step_clock() -> dict[str, Any]:
     return {"step_times_s": times}
 
 
+def check_reissue_switch_while_queued() -> dict[str, Any]:
+    """A transfer queued with re-issue off, which rank 0's engine thread reaches only after
+    the main thread turned re-issue on (as LinkHealth does between steps), while rank 1's
+    was already sending it. Each must send it in the mode it was submitted with: mixed
+    modes leave rank 0 waiting for a re-issue agreement no peer joins (a hang)."""
+    rank = dist.get_rank()
+    gate = threading.Event()  # holds rank 0's engine thread before its first chunk
+    engine = CommEngine(
+        group=dist.new_group(), spare_group=dist.new_group(), pacer=link_paced_at(10_000.0),
+        stats=CommStats(), rank=rank, yield_to=gate.wait if rank == 0 else None,
+    )  # fmt: skip
+    tensor = torch.full((4,), float(rank + 1))
+    done = engine.submit(tensor, flush=True)
+    time.sleep(0.3)  # rank 1's engine thread is inside its all-reduce by now
+    engine.reissue_after_s = 0.05
+    gate.set()
+    deadline = time.monotonic() + 20
+    while not done.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not done.done():
+        print(f"rank {rank}: the queued transfer hung", flush=True)
+        os._exit(3)  # a collective is stuck: no clean shutdown is possible
+    out = {"sum": done.value().tolist(), "reissued": engine.pop_link_stats()["reissued"]}
+    engine.close()
+    return out
+
+
 def check_averaging_bound() -> dict[str, Any]:
     """adaptive's period H on agreed tables of a 20 Mbit/s link and chosen step times, and
     with no link rate known (H from the loss alone)."""
@@ -1451,6 +1480,7 @@ CHECKS = {
         check_drift_together,
         check_first_step_clock,
         check_averaging_bound,
+        check_reissue_switch_while_queued,
         check_late_critical,
         check_overlap_critical,
         check_sync_all_format,

@@ -528,6 +528,13 @@ def test_auto_format_sends_critical_gradients_in_int8_where_that_saves_enough_li
     }
 
 
+def test_a_transfer_keeps_the_reissue_mode_it_was_submitted_with(tmp_path: Path) -> None:
+    # Found by bench_sync at 4 ranks: a critical average queued before LinkHealth turned
+    # re-issue on went out plainly on one rank and through the re-issue path on three (hang).
+    result = run_check("reissue_switch_while_queued", tmp_path)
+    assert result == {"sum": [3.0] * 4, "reissued": 0}
+
+
 def test_periodic_averages_take_at_most_a_tenth_of_a_step_on_the_link(tmp_path: Path) -> None:
     result = run_check("averaging_bound", tmp_path)
     # With no link rate H follows the loss alone: sync_period 2 times sqrt(loss / loss0),

@@ -99,6 +99,10 @@ class _Job:
     submitted: float = field(default_factory=time.perf_counter)
     chunk_bytes: int | None = None  # this transfer's chunk size (None: the engine's)
     quantized: Hashable | None = None  # packed int8 rows: the key of their shard residuals
+    # Re-issue as it was when the transfer was submitted (None: off). LinkHealth switches it
+    # between steps on the main thread; a transfer queued before the switch and reached by
+    # the engine thread after it must still go out in its own mode on every rank.
+    reissue_after_s: float | None = None
 
 
 class CommEngine:
@@ -132,8 +136,9 @@ class CommEngine:
         self.fault = fault
         self._step_fn = step_fn
         self._yield_to = yield_to
-        # Re-issue of slow chunks (reissue.py): possible with a spare group, on while
-        # reissue_after_s is set (LinkHealth sets it between steps, on every rank alike).
+        # Re-issue of slow chunks (reissue.py): possible with a spare group, on for the
+        # transfers submitted while reissue_after_s is set (LinkHealth sets it between
+        # steps, on every rank alike; each transfer keeps the setting it was submitted with).
         self.reissuer = (
             Reissuer(group=group, spare_group=spare_group) if spare_group is not None else None
         )
@@ -166,7 +171,10 @@ class CommEngine:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             self._outstanding += 1
-        self._queue.put(_Job(tensor, fut, flush, chunk_bytes=chunk_bytes))
+        job = _Job(
+            tensor, fut, flush, chunk_bytes=chunk_bytes, reissue_after_s=self.reissue_after_s
+        )
+        self._queue.put(job)
         return fut
 
     def submit_quantized(
@@ -367,8 +375,9 @@ class CommEngine:
         per_chunk = max(1, chunk_bytes // flat_view.element_size())
         if self.whole_buckets and self.chunk_bytes >= self.initial_chunk_bytes:
             per_chunk = max(1, flat_view.numel())
+        after_s = batch[-1].reissue_after_s  # the flushing job's: the same on every rank
         for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
-            self._reduce_chunk(flat_view[start : start + per_chunk])
+            self._reduce_chunk(flat_view[start : start + per_chunk], after_s)
         if len(tensors) > 1:
             offset = 0
             for t in tensors:
@@ -376,7 +385,7 @@ class CommEngine:
                 t.copy_(flat_view[offset : offset + n].view_as(t))
                 offset += n
 
-    def _reduce_chunk(self, chunk: torch.Tensor) -> None:
+    def _reduce_chunk(self, chunk: torch.Tensor, after_s: float | None) -> None:
         if self._yield_to is not None:
             self._yield_to()
         fault = self.fault
@@ -385,7 +394,7 @@ class CommEngine:
             first_delay, retry_delay = fault.delays(self.rank, self._step_fn())
         payload = chunk.numel() * chunk.element_size()
         wire = ring_allreduce_wire_bytes(payload, self.world_size)
-        reissuer, after_s = self.reissuer, self.reissue_after_s
+        reissuer = self.reissuer
         retried: float | None = None
         if reissuer is not None and after_s is not None and not chunk.is_cuda:
             started = self.stats.launched()

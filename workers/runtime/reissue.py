@@ -1,7 +1,9 @@
 """Re-issue a slow gradient transfer once, on a spare group: the link ladder's second rung.
 
 ``LinkHealth`` turns this on for the engine while a ``link_degraded`` alarm is raised (at a
-step boundary, so on every rank at the same step). Each chunk then goes out like this:
+step boundary, so on every rank at the same step); each transfer keeps the setting it was
+submitted with, so one queued across the switch goes out alike on every rank. Each chunk
+of a transfer submitted while it is on goes out like this:
 
 1. **first attempt**: a launcher thread all-reduces a scratch copy of the chunk on the
    engine's group; the chunk itself keeps its values for a second attempt;
