@@ -1091,20 +1091,47 @@ def check_first_step_clock() -> dict[str, Any]:
 
 
 def check_reissue_switch_while_queued() -> dict[str, Any]:
-    """A transfer queued with re-issue off, which rank 0's engine thread reaches only after
-    the main thread turned re-issue on (as LinkHealth does between steps), while rank 1's
-    was already sending it. Each must send it in the mode it was submitted with: mixed
-    modes leave rank 0 waiting for a re-issue agreement no peer joins (a hang)."""
+    """Re-issue turned on (as LinkHealth does between steps) while a transfer is queued."""
+
+    def switch(engine: CommEngine) -> None:
+        engine.reissue_after_s = 0.05
+
+    return _switch_while_queued(switch)
+
+
+def check_chunk_switch_while_queued() -> dict[str, Any]:
+    """The chunk size cut to 64 KB (LinkHealth halves it per degraded step) while a transfer
+    is queued."""
+
+    def switch(engine: CommEngine) -> None:
+        engine.set_chunk_bytes(64 * 1024)
+
+    return _switch_while_queued(switch)
+
+
+def _switch_while_queued(switch: Callable[[CommEngine], None]) -> dict[str, Any]:
+    """A 256 KB transfer queued before ``switch`` changes the engine, which rank 0's engine
+    thread reaches only after it while rank 1's was already sending. Each must send it as it
+    was submitted: mixed settings leave the ranks in mismatched collectives (a hang)."""
     rank = dist.get_rank()
-    gate = threading.Event()  # holds rank 0's engine thread before its first chunk
     engine = CommEngine(
         group=dist.new_group(), spare_group=dist.new_group(), pacer=link_paced_at(10_000.0),
-        stats=CommStats(), rank=rank, yield_to=gate.wait if rank == 0 else None,
+        stats=CommStats(), rank=rank,
     )  # fmt: skip
-    tensor = torch.full((4,), float(rank + 1))
+    gate = threading.Event()
+
+    def hold() -> torch.futures.Future[torch.Tensor]:
+        gate.wait()
+        ready: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        ready.set_result(torch.zeros(0))
+        return ready
+
+    if rank == 0:  # rank 0's engine thread reaches the transfer only after the switch
+        engine.run_serially(hold, started=time.perf_counter(), payload_bytes=0, wire_bytes=0)
+    tensor = torch.full((64 * 1024,), float(rank + 1))
     done = engine.submit(tensor, flush=True)
     time.sleep(0.3)  # rank 1's engine thread is inside its all-reduce by now
-    engine.reissue_after_s = 0.05
+    switch(engine)
     gate.set()
     deadline = time.monotonic() + 20
     while not done.done() and time.monotonic() < deadline:
@@ -1112,7 +1139,13 @@ def check_reissue_switch_while_queued() -> dict[str, Any]:
     if not done.done():
         print(f"rank {rank}: the queued transfer hung", flush=True)
         os._exit(3)  # a collective is stuck: no clean shutdown is possible
-    out = {"sum": done.value().tolist(), "reissued": engine.pop_link_stats()["reissued"]}
+    summed = done.value()
+    stats = engine.pop_link_stats()
+    out = {
+        "all_three": bool((summed == 3.0).all()),
+        "reissued": stats["reissued"],
+        "chunk_bytes_after": engine.chunk_bytes,
+    }
     engine.close()
     return out
 
@@ -1481,6 +1514,7 @@ CHECKS = {
         check_first_step_clock,
         check_averaging_bound,
         check_reissue_switch_while_queued,
+        check_chunk_switch_while_queued,
         check_late_critical,
         check_overlap_critical,
         check_sync_all_format,

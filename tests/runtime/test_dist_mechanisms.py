@@ -532,7 +532,14 @@ def test_a_transfer_keeps_the_reissue_mode_it_was_submitted_with(tmp_path: Path)
     # Found by bench_sync at 4 ranks: a critical average queued before LinkHealth turned
     # re-issue on went out plainly on one rank and through the re-issue path on three (hang).
     result = run_check("reissue_switch_while_queued", tmp_path)
-    assert result == {"sum": [3.0] * 4, "reissued": 0}
+    assert result == {"all_three": True, "reissued": 0, "chunk_bytes_after": 1024 * 1024}
+
+
+def test_a_transfer_keeps_the_chunk_size_it_was_submitted_with(tmp_path: Path) -> None:
+    # The same race for LinkHealth's chunk size: cut in 64 KB pieces on one rank and whole
+    # on the other, the ranks' collectives would not match.
+    result = run_check("chunk_switch_while_queued", tmp_path)
+    assert result == {"all_three": True, "reissued": 0, "chunk_bytes_after": 64 * 1024}
 
 
 def test_periodic_averages_take_at_most_a_tenth_of_a_step_on_the_link(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ the packed rows (half of bf16's).
 
 ``chunk_bytes`` changes only between steps, from values every rank agreed on (see
 ``health.LinkHealth``), never from a rank's local timing mid-step: ranks disagreeing on a
-chunk size would issue mismatched collectives and hang.
+chunk size would issue mismatched collectives and hang. Each transfer keeps the chunk size
+and re-issue setting of the moment it was submitted, so one still queued at a change (an
+average sent while the next step computes) is cut and sent alike on every rank.
 
 A second engine can run as a *background lane* (``yield_to=foreground.wait_until_idle``):
 on a group and thread of its own, it carries traffic that is not on the step's critical path (the
@@ -103,6 +105,7 @@ class _Job:
     # between steps on the main thread; a transfer queued before the switch and reached by
     # the engine thread after it must still go out in its own mode on every rank.
     reissue_after_s: float | None = None
+    engine_chunk_bytes: int = 0  # the engine's chunk size when submitted (the same reason)
 
 
 class CommEngine:
@@ -172,7 +175,12 @@ class CommEngine:
         with self._lock:
             self._outstanding += 1
         job = _Job(
-            tensor, fut, flush, chunk_bytes=chunk_bytes, reissue_after_s=self.reissue_after_s
+            tensor,
+            fut,
+            flush,
+            chunk_bytes=chunk_bytes,
+            reissue_after_s=self.reissue_after_s,
+            engine_chunk_bytes=self.chunk_bytes,
         )
         self._queue.put(job)
         return fut
@@ -187,7 +195,8 @@ class CommEngine:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             self._outstanding += 1
-        self._queue.put(_Job(packed, fut, flush, quantized=key))
+        job = _Job(packed, fut, flush, quantized=key, engine_chunk_bytes=self.chunk_bytes)
+        self._queue.put(job)
         return fut
 
     def wait_until_idle(self) -> None:
@@ -312,7 +321,8 @@ class CommEngine:
                 continue
             self._pending.append(job)
             size = sum(j.tensor.numel() * j.tensor.element_size() for j in self._pending)
-            if job.flush or self.whole_buckets or size >= min(self.fuse_bytes, self.chunk_bytes):
+            limit = min(self.fuse_bytes, job.engine_chunk_bytes)
+            if job.flush or self.whole_buckets or size >= limit:
                 self._record_flush(job)
                 batch, self._pending = self._pending, []
                 self._finish(batch, self._reduce)
@@ -371,9 +381,15 @@ class CommEngine:
         tensors = [j.tensor for j in batch]
         flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
         flat_view = flat.reshape(-1)
-        chunk_bytes = min((j.chunk_bytes for j in batch if j.chunk_bytes), default=self.chunk_bytes)
+        # The engine's chunk size as it was when the flushing job was submitted: LinkHealth
+        # changes it between steps, and a transfer queued across a change must be cut alike
+        # on every rank.
+        engine_chunk_bytes = batch[-1].engine_chunk_bytes
+        chunk_bytes = min(
+            (j.chunk_bytes for j in batch if j.chunk_bytes), default=engine_chunk_bytes
+        )
         per_chunk = max(1, chunk_bytes // flat_view.element_size())
-        if self.whole_buckets and self.chunk_bytes >= self.initial_chunk_bytes:
+        if self.whole_buckets and engine_chunk_bytes >= self.initial_chunk_bytes:
             per_chunk = max(1, flat_view.numel())
         after_s = batch[-1].reissue_after_s  # the flushing job's: the same on every rank
         for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
@@ -431,7 +447,7 @@ class CommEngine:
         a multiple of the world size of them; see the module docstring)."""
         (job,) = batch
         packed, n = job.tensor, self.world_size
-        per_chunk = max(n, self.chunk_bytes // PACKED_ROW // n * n)
+        per_chunk = max(n, job.engine_chunk_bytes // PACKED_ROW // n * n)
         for start in range(0, packed.shape[0], per_chunk):
             self._reduce_quantized_chunk(packed[start : start + per_chunk], (job.quantized, start))
 
