@@ -98,14 +98,14 @@ class _Job:
     tensor: torch.Tensor
     future: torch.futures.Future[torch.Tensor]
     flush: bool  # last bucket of the step (or a standalone collective): send what is pending
+    # The engine's settings when the transfer was submitted. LinkHealth changes them between
+    # steps on the main thread; a transfer queued before a change and reached by the engine
+    # thread after it must still be cut and sent alike on every rank.
+    engine_chunk_bytes: int
+    reissue_after_s: float | None = None  # None: re-issue off
     submitted: float = field(default_factory=time.perf_counter)
-    chunk_bytes: int | None = None  # this transfer's chunk size (None: the engine's)
+    chunk_bytes: int | None = None  # this transfer's own chunk size (None: engine_chunk_bytes)
     quantized: Hashable | None = None  # packed int8 rows: the key of their shard residuals
-    # Re-issue as it was when the transfer was submitted (None: off). LinkHealth switches it
-    # between steps on the main thread; a transfer queued before the switch and reached by
-    # the engine thread after it must still go out in its own mode on every rank.
-    reissue_after_s: float | None = None
-    engine_chunk_bytes: int = 0  # the engine's chunk size when submitted (the same reason)
 
 
 class CommEngine:
@@ -381,19 +381,17 @@ class CommEngine:
         tensors = [j.tensor for j in batch]
         flat = tensors[0] if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
         flat_view = flat.reshape(-1)
-        # The engine's chunk size as it was when the flushing job was submitted: LinkHealth
-        # changes it between steps, and a transfer queued across a change must be cut alike
-        # on every rank.
-        engine_chunk_bytes = batch[-1].engine_chunk_bytes
+        # The flushing job's settings (see _Job): the same on every rank.
+        last = batch[-1]
+        engine_chunk_bytes = last.engine_chunk_bytes
         chunk_bytes = min(
             (j.chunk_bytes for j in batch if j.chunk_bytes), default=engine_chunk_bytes
         )
         per_chunk = max(1, chunk_bytes // flat_view.element_size())
         if self.whole_buckets and engine_chunk_bytes >= self.initial_chunk_bytes:
             per_chunk = max(1, flat_view.numel())
-        after_s = batch[-1].reissue_after_s  # the flushing job's: the same on every rank
         for start in range(0, flat_view.numel(), per_chunk):  # no chunk at all when empty
-            self._reduce_chunk(flat_view[start : start + per_chunk], after_s)
+            self._reduce_chunk(flat_view[start : start + per_chunk], last.reissue_after_s)
         if len(tensors) > 1:
             offset = 0
             for t in tensors:
